@@ -1,0 +1,34 @@
+# netproxy — build, test and benchmark.
+GO ?= go
+CONFORMANCE ?= ../shared/conformance/run.sh
+
+.PHONY: all build test deps lint unit conformance bench fuzz run
+
+all: build
+
+build:
+	$(GO) build -o bin/netproxy ./cmd/netproxy
+	$(GO) build -o bin/execwrap ./cmd/execwrap
+
+run: build
+	./bin/netproxy serve
+
+deps:
+	./scripts/install-test-deps.sh
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+conformance:
+	@if [ -x $(CONFORMANCE) ]; then $(CONFORMANCE) . ; else echo "conformance suite not found at $(CONFORMANCE); skipping"; fi
+
+# Every test: install missing tools, lint, unit + end-to-end tests, conformance.
+test: deps lint unit conformance
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./hostpolicy/... ./execcore/... ./approvalsvc/... ./metrics/...
+	$(GO) run ./test/loadbench -netproxy bin/netproxy

@@ -1,0 +1,21 @@
+package main
+
+import (
+	"fmt"
+	"io"
+)
+
+// TODO(owner): replace with the real implementation.
+func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fmt.Fprintln(stderr, "execwrap run: not implemented yet")
+	return 2
+}
+
+// TODO(owner): replace with the real implementation.
+func runDoctor(args []string, stdout, stderr io.Writer) int {
+	fmt.Fprintln(stderr, "execwrap doctor: not implemented yet")
+	return 2
+}
+
+// TODO(owner): replace with the real implementation.
+func runSandboxInit(args []string) int { return 126 }

@@ -1,0 +1,44 @@
+// Command netproxy is the egress proxy of SPEC §7.1. The main stays thin:
+// each subcommand lives in its own file and calls into packages.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `usage:
+  netproxy serve [--config FILE]
+  netproxy check [--config FILE] [--json] [--protocol http|https|socks5] [--method M] HOST[:PORT]
+  netproxy approvals list|show ID|decide ID DECISION|watch [--admin URL]
+  netproxy config validate FILE
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a subcommand and returns the process exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return runServe(args[1:], stdout, stderr)
+	case "check":
+		return runCheck(args[1:], stdout, stderr)
+	case "approvals":
+		return runApprovals(args[1:], stdout, stderr)
+	case "config":
+		return runConfig(args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "netproxy: unknown command %q\n%s", args[0], usage)
+		return 2
+	}
+}

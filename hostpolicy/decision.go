@@ -1,0 +1,115 @@
+// Package hostpolicy owns the deterministic network decision chain of SPEC §3:
+// host normalisation, pattern matching, the non-public address classifier,
+// resolution with pinning, and the ordered evaluation deny → local guard →
+// allow → mode guard → decider.
+//
+// It must never dial, never log a request's query string or headers, and never
+// let a decider override a decision other than not_allowed.
+package hostpolicy
+
+import (
+	"context"
+	"net/netip"
+)
+
+// Verdict is the outcome class of a NetworkDecision.
+type Verdict string
+
+const (
+	Allow Verdict = "allow"
+	Deny  Verdict = "deny"
+	// Ask blocks like Deny but tells the client an approval may be requested.
+	Ask Verdict = "ask"
+)
+
+// Reason says why a request was blocked (SPEC §3.6).
+type Reason string
+
+const (
+	ReasonNone                Reason = ""
+	ReasonDenied              Reason = "denied"
+	ReasonNotAllowed          Reason = "not_allowed"
+	ReasonNotAllowedLocal     Reason = "not_allowed_local"
+	ReasonMethodNotAllowed    Reason = "method_not_allowed"
+	ReasonMITMRequired        Reason = "mitm_required"
+	ReasonMITMHookDenied      Reason = "mitm_hook_denied"
+	ReasonProxyDisabled       Reason = "proxy_disabled"
+	ReasonAttributionRejected Reason = "attribution_rejected"
+	ReasonPolicyDenied        Reason = "policy_denied"
+)
+
+// Source says which stage made a decision (SPEC §3.6).
+type Source string
+
+const (
+	SourceBaseline   Source = "baseline_policy"
+	SourceDecider    Source = "decider"
+	SourceModeGuard  Source = "mode_guard"
+	SourceProxyState Source = "proxy_state"
+)
+
+// Protocol is the request's protocol as used in decisions, cache keys and metrics.
+type Protocol string
+
+const (
+	ProtoHTTP   Protocol = "http"
+	ProtoHTTPS  Protocol = "https" // CONNECT
+	ProtoSOCKS5 Protocol = "socks5-tcp"
+)
+
+// Request is one network request entering the chain.
+type Request struct {
+	Host     string // raw host as the client sent it (normalised by Evaluate)
+	Port     uint16
+	Protocol Protocol
+	Method   string // HTTP method for plain HTTP; "CONNECT" for CONNECT; "" for SOCKS5
+	Client   string // client remote address, for logs and audit
+
+	// Attribution, filled from the frame (SPEC §4). Empty when unattributed.
+	ExecutionID   string
+	SessionID     string
+	EnvironmentID string
+}
+
+// Step is one stage of the chain as reported by `netproxy check`.
+type Step struct {
+	Step   string `json:"step"`   // "deny" | "local_guard" | "allow" | "mode"
+	Result string `json:"result"` // "hit" | "miss" | "pass" | "block"
+	Detail string `json:"detail,omitempty"`
+}
+
+// Decision is the NetworkDecision of SPEC §3.6 plus what the dialer needs.
+type Decision struct {
+	Verdict Verdict
+	Reason  Reason
+	Source  Source
+
+	Host    string // normalised host
+	Port    uint16
+	Pattern string // the list pattern that decided, if any
+
+	// Addrs are the addresses checked by the local guard; the dialer dials
+	// exactly these (SPEC §3.5). Empty when the guard was skipped
+	// (allow_local_binding) — the dialer then resolves through the same resolver.
+	Addrs []netip.Addr
+	// LocalLiteral is true when the target is a local literal allowed by an
+	// exact allow-list entry: the dialer may then connect to it.
+	LocalLiteral bool
+
+	Steps []Step
+
+	// Filled by the decider when it answered.
+	ApprovalID string
+	Override   string // e.g. "allow_session", "hook", "guardian"
+	Rationale  string
+}
+
+// Allowed reports whether the request may proceed.
+func (d Decision) Allowed() bool { return d.Verdict == Allow }
+
+// Decider is the approval service behind not_allowed (SPEC §5). It is called
+// only for a baseline decision with reason not_allowed and returns the final
+// decision. Implementations must fail closed.
+type Decider interface {
+	Decide(ctx context.Context, req Request, baseline Decision) Decision
+}

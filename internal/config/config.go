@@ -1,0 +1,124 @@
+// Package config owns netproxy's TOML configuration (SPEC §7.2): its schema,
+// the embedded default, loading with unknown keys rejected, and validation
+// whose every error names its key path (and file:line where known).
+//
+// It must never compile policy itself (hostpolicy does) nor touch the network.
+package config
+
+import "time"
+
+// Config is the whole netproxy configuration. Every key a file leaves out
+// takes the embedded default's value.
+type Config struct {
+	Listen      Listen      `toml:"listen"`
+	Control     Control     `toml:"control"`
+	Network     Network     `toml:"network"`
+	DNS         DNS         `toml:"dns"`
+	Attribution Attribution `toml:"attribution"`
+	Approvals   Approvals   `toml:"approvals"`
+	Guardian    Guardian    `toml:"guardian"`
+	Admin       Admin       `toml:"admin"`
+	Audit       Audit       `toml:"audit"`
+	Limits      Limits      `toml:"limits"`
+	Metrics     Metrics     `toml:"metrics"`
+	Log         Log         `toml:"log"`
+
+	// Path is the file this config was loaded from ("" for the embedded
+	// default); relative paths inside it resolve against its folder.
+	Path string `toml:"-"`
+}
+
+type Listen struct {
+	HTTP   string `toml:"http"`
+	SOCKS5 string `toml:"socks5"`
+	Admin  string `toml:"admin"`
+}
+
+type Control struct {
+	Socket string `toml:"socket"`
+}
+
+type Network struct {
+	Mode              string            `toml:"mode"` // "full" | "limited"
+	AllowLocalBinding bool              `toml:"allow_local_binding"`
+	Domains           map[string]string `toml:"domains"` // pattern → "allow" | "deny"
+	DomainFiles       []DomainFile      `toml:"domain_files"`
+	// UpstreamProxy is an optional http:// parent proxy.
+	UpstreamProxy string `toml:"upstream_proxy"`
+}
+
+type DomainFile struct {
+	Path     string `toml:"path"`
+	Decision string `toml:"decision"` // "allow" | "deny"
+}
+
+type DNS struct {
+	Timeout Duration            `toml:"timeout"`
+	Hosts   map[string][]string `toml:"hosts"`
+}
+
+type Attribution struct {
+	Required bool `toml:"required"`
+}
+
+type Approvals struct {
+	Enabled  bool     `toml:"enabled"`
+	Reviewer string   `toml:"reviewer"` // "user" | "guardian"
+	Policy   string   `toml:"policy"`   // never | on-request | untrusted | granular[:flags]
+	Timeout  Duration `toml:"timeout"`
+	Hooks    []Hook   `toml:"hooks"`
+}
+
+type Hook struct {
+	Command []string `toml:"command"`
+	Timeout Duration `toml:"timeout"`
+}
+
+type Guardian struct {
+	Backend   string   `toml:"backend"` // "starlark" | "webhook" | "openai"
+	Script    string   `toml:"script"`
+	URL       string   `toml:"url"`         // webhook URL or OpenAI-compatible base URL
+	Model     string   `toml:"model"`       // openai backend
+	APIKeyEnv string   `toml:"api_key_env"` // openai backend: env var holding the key
+	Timeout   Duration `toml:"timeout"`
+}
+
+type Admin struct {
+	TokenEnv string `toml:"token_env"`
+}
+
+type Audit struct {
+	Path       string `toml:"path"`
+	BufferSize int    `toml:"buffer_size"`
+}
+
+type Limits struct {
+	MaxConnections int      `toml:"max_connections"`
+	HeaderTimeout  Duration `toml:"header_timeout"`
+	IdleTimeout    Duration `toml:"idle_timeout"`
+	MaxHeaderBytes int      `toml:"max_header_bytes"`
+	ConnectTimeout Duration `toml:"connect_timeout"`
+}
+
+type Metrics struct {
+	MaxHostLabels int `toml:"max_host_labels"`
+}
+
+type Log struct {
+	Level  string `toml:"level"`  // debug | info | warn | error
+	Format string `toml:"format"` // text | json
+}
+
+// Duration is a time.Duration written in TOML as a Go duration string ("2s").
+type Duration struct{ time.Duration }
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.Duration.String()), nil }
