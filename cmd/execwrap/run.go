@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+
+	"github.com/netproxy/netproxy/sandbox"
 )
 
 // TODO(owner): replace with the real implementation.
@@ -17,5 +19,5 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// TODO(owner): replace with the real implementation.
-func runSandboxInit(args []string) int { return 126 }
+// runSandboxInit is the re-executed init inside the sandbox namespaces.
+func runSandboxInit(args []string) int { return sandbox.InitMain() }

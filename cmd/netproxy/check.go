@@ -1,12 +1,250 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/netproxy/netproxy/hostpolicy"
+	"github.com/netproxy/netproxy/internal/config"
 )
 
-// TODO(owner): replace with the real implementation.
+// Exit codes of `netproxy check` (SPEC §7.1).
+const (
+	exitAllowed = 0
+	exitBlocked = 10
+	exitAsk     = 11
+	exitUsage   = 2
+)
+
+// checkOutput is the JSON of `netproxy check --json` (SPEC §7.1).
+type checkOutput struct {
+	Host     string            `json:"host"`
+	Port     uint16            `json:"port"`
+	Protocol string            `json:"protocol"`
+	Decision string            `json:"decision"`
+	Reason   string            `json:"reason"`
+	Source   string            `json:"source"`
+	Pattern  string            `json:"pattern"`
+	Resolved []string          `json:"resolved"`
+	Steps    []hostpolicy.Step `json:"steps"`
+}
+
+// runCheck runs the decision chain offline for the default session.
 func runCheck(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "netproxy check: not implemented yet")
-	return 2
+	fs := flag.NewFlagSet("netproxy check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "configuration file (default: the embedded default)")
+	asJSON := fs.Bool("json", false, "print the decision as JSON")
+	protocol := fs.String("protocol", "http", "http | https | socks5")
+	method := fs.String("method", "", "HTTP method (default GET for http, CONNECT for https)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: netproxy check [--config FILE] [--json] [--protocol http|https|socks5] [--method M] HOST[:PORT]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(reorderFlags(args, map[string]bool{"config": true, "protocol": true, "method": true})); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "netproxy check: give exactly one HOST[:PORT]")
+		fs.Usage()
+		return exitUsage
+	}
+	target := fs.Arg(0)
+
+	req := hostpolicy.Request{Host: target, Client: "netproxy-check"}
+	switch *protocol {
+	case "http":
+		req.Protocol, req.Method, req.Port = hostpolicy.ProtoHTTP, "GET", 80
+	case "https":
+		req.Protocol, req.Method, req.Port = hostpolicy.ProtoHTTPS, "CONNECT", 443
+	case "socks5":
+		req.Protocol, req.Port = hostpolicy.ProtoSOCKS5, 80
+	default:
+		fmt.Fprintf(stderr, "netproxy check: --protocol %q: use http, https or socks5\n", *protocol)
+		return exitUsage
+	}
+	if *method != "" {
+		req.Method = strings.ToUpper(*method)
+	}
+	port, hasPort, err := targetPort(target)
+	if err != nil {
+		fmt.Fprintf(stderr, "netproxy check: %v\n", err)
+		return exitUsage
+	}
+	if hasPort {
+		req.Port = port
+	}
+
+	var cfg *config.Config
+	if *cfgPath == "" {
+		cfg = config.Default()
+	} else if cfg, err = config.Load(*cfgPath); err != nil {
+		printErrors(stderr, "netproxy check: invalid configuration", err)
+		return exitUsage
+	}
+	policy, err := hostpolicy.Compile(cfg)
+	if err != nil {
+		printErrors(stderr, "netproxy check: invalid policy", err)
+		return exitUsage
+	}
+	resolver, err := hostpolicy.NewResolverFromConfig(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "netproxy check: %v\n", err)
+		return exitUsage
+	}
+	var decider hostpolicy.Decider
+	if cfg.Approvals.Enabled {
+		decider = checkDecider{policy: cfg.Approvals.Policy}
+	}
+	engine := hostpolicy.NewEngine(policy, resolver, cfg.Network.Mode, decider)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d := engine.Evaluate(ctx, req)
+
+	out := checkOutput{
+		Host: d.Host, Port: d.Port, Protocol: string(req.Protocol), Decision: string(d.Verdict),
+		Reason: string(d.Reason), Source: string(d.Source), Pattern: d.Pattern,
+		Resolved: []string{}, Steps: d.Steps,
+	}
+	if out.Steps == nil {
+		out.Steps = []hostpolicy.Step{}
+	}
+	for _, a := range d.Addrs {
+		out.Resolved = append(out.Resolved, a.String())
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			fmt.Fprintf(stderr, "netproxy check: %v\n", err)
+			return exitUsage
+		}
+	} else {
+		printHuman(stdout, out, d)
+	}
+	switch d.Verdict {
+	case hostpolicy.Allow:
+		return exitAllowed
+	case hostpolicy.Ask:
+		return exitAsk
+	}
+	return exitBlocked
+}
+
+// checkDecider stands in for the approval service offline: it says what the
+// service would do with not_allowed without asking anyone. Policy "never"
+// fails closed (deny); any other policy would ask a reviewer.
+type checkDecider struct{ policy string }
+
+func (c checkDecider) Decide(_ context.Context, _ hostpolicy.Request, base hostpolicy.Decision) hostpolicy.Decision {
+	d := base
+	d.Source = hostpolicy.SourceDecider
+	d.Reason = hostpolicy.ReasonNotAllowed
+	if c.policy == "never" {
+		d.Verdict = hostpolicy.Deny
+		d.Rationale = "approval policy never: the approval service denies"
+	} else {
+		d.Verdict = hostpolicy.Ask
+		d.Rationale = "the approval service would ask a reviewer"
+	}
+	return d
+}
+
+// targetPort extracts an explicit port from HOST:PORT or [V6]:PORT.
+func targetPort(t string) (uint16, bool, error) {
+	t = strings.TrimSpace(t)
+	var p string
+	if strings.HasPrefix(t, "[") {
+		end := strings.IndexByte(t, ']')
+		if end < 0 || !strings.HasPrefix(t[end+1:], ":") {
+			return 0, false, nil
+		}
+		p = t[end+2:]
+	} else if strings.Count(t, ":") == 1 {
+		p = t[strings.IndexByte(t, ':')+1:]
+	} else {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || n == 0 {
+		return 0, false, fmt.Errorf("target %q: port %q is not a number 1–65535", t, p)
+	}
+	return uint16(n), true, nil
+}
+
+func printHuman(w io.Writer, o checkOutput, d hostpolicy.Decision) {
+	fmt.Fprintf(w, "host:     %s\nport:     %d\nprotocol: %s\n", o.Host, o.Port, o.Protocol)
+	for _, s := range o.Steps {
+		if s.Detail != "" {
+			fmt.Fprintf(w, "  %-12s %-6s %s\n", s.Step, s.Result, s.Detail)
+		} else {
+			fmt.Fprintf(w, "  %-12s %s\n", s.Step, s.Result)
+		}
+	}
+	if len(o.Resolved) > 0 {
+		fmt.Fprintf(w, "resolved: %s\n", strings.Join(o.Resolved, ", "))
+	}
+	switch d.Verdict {
+	case hostpolicy.Allow:
+		fmt.Fprintf(w, "decision: allow (source %s", o.Source)
+		if o.Pattern != "" {
+			fmt.Fprintf(w, ", pattern %s", o.Pattern)
+		}
+		fmt.Fprintln(w, ")")
+	default:
+		fmt.Fprintf(w, "decision: %s (reason %s, source %s): %s\n", o.Decision, o.Reason, o.Source, d.Message())
+	}
+}
+
+// printErrors prints every error joined in err on its own line.
+func printErrors(w io.Writer, title string, err error) {
+	fmt.Fprintln(w, title+":")
+	for _, e := range flatten(err) {
+		fmt.Fprintf(w, "  %v\n", e)
+	}
+}
+
+func flatten(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
+}
+
+// reorderFlags moves flags after the positional target in front of it, so
+// `check HOST --json` works like `check --json HOST`.
+func reorderFlags(args []string, takesValue map[string]bool) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if strings.HasPrefix(a, "-") && len(a) > 1 {
+			flags = append(flags, a)
+			name := strings.TrimLeft(a, "-")
+			if !strings.Contains(name, "=") && takesValue[name] && i+1 < len(args) {
+				flags = append(flags, args[i+1])
+				i++
+			}
+			continue
+		}
+		pos = append(pos, a)
+	}
+	return append(append(flags, "--"), pos...)
 }

@@ -3,10 +3,39 @@ package main
 import (
 	"fmt"
 	"io"
+
+	"github.com/netproxy/netproxy/hostpolicy"
+	"github.com/netproxy/netproxy/internal/config"
 )
 
-// TODO(owner): replace with the real implementation.
+// runConfig implements `netproxy config validate FILE`: every error with its
+// key path (exit 2), or OK (exit 0).
 func runConfig(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "netproxy config: not implemented yet")
-	return 2
+	if len(args) != 2 || args[0] != "validate" {
+		fmt.Fprintln(stderr, "usage: netproxy config validate FILE")
+		return exitUsage
+	}
+	path := args[1]
+	errs := config.Validate(path)
+	if len(errs) == 0 {
+		// The file is sound; compile the policy too (domain files, rules of
+		// patterns) exactly as serve would.
+		cfg, err := config.Load(path)
+		if err == nil {
+			if _, err = hostpolicy.Compile(cfg); err != nil {
+				errs = flatten(err)
+			}
+		} else {
+			errs = flatten(err)
+		}
+	}
+	if len(errs) > 0 {
+		for _, e := range errs {
+			fmt.Fprintln(stderr, e)
+		}
+		fmt.Fprintf(stderr, "%s: %d error(s)\n", path, len(errs))
+		return exitUsage
+	}
+	fmt.Fprintf(stdout, "%s: OK\n", path)
+	return 0
 }

@@ -1,0 +1,224 @@
+package approvalsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Approval statuses.
+const (
+	StatusPending = "pending"
+	StatusDecided = "decided"
+)
+
+// Outcomes of a review (SPEC §5 step 7). The first five are what a human
+// reviewer may choose; abort too.
+const (
+	OutcomeAllowOnce    = "allow_once"
+	OutcomeAllowSession = "allow_session"
+	OutcomeAllowAlways  = "allow_always"
+	OutcomeDeny         = "deny"
+	OutcomeDenyAlways   = "deny_always"
+	OutcomeAbort        = "abort"
+	OutcomeTimeout      = "timeout"
+	OutcomeError        = "error"
+	OutcomeCancelled    = "cancelled"
+)
+
+// Kinds of approvals.
+const (
+	KindNetwork = "network"
+	KindExec    = "exec"
+)
+
+// recentCapacity bounds the decided approvals kept for GET /api/approvals.
+const recentCapacity = 200
+
+// Approval is one entry of GET /api/approvals (SPEC §7.3).
+type Approval struct {
+	ID            string   `json:"id"`
+	Kind          string   `json:"kind"`
+	Status        string   `json:"status"`
+	SessionID     string   `json:"session_id"`
+	EnvironmentID string   `json:"environment_id"`
+	ExecutionID   string   `json:"execution_id"`
+	Command       []string `json:"command"`
+	Cwd           string   `json:"cwd"`
+	Host          string   `json:"host"`
+	Protocol      string   `json:"protocol"`
+	Port          uint16   `json:"port"`
+	Reason        string   `json:"reason"`
+	CreatedAt     string   `json:"created_at"`
+	DecidedAt     string   `json:"decided_at"`
+	Decision      string   `json:"decision"`
+	Reviewer      string   `json:"reviewer"`
+
+	Rationale          string   `json:"rationale,omitempty"`
+	SandboxPermissions string   `json:"sandbox_permissions,omitempty"`
+	Justification      string   `json:"justification,omitempty"`
+	ProposedAmendment  []string `json:"proposed_amendment,omitempty"`
+
+	created time.Time
+}
+
+// userDecision is what a reviewer posted.
+type userDecision struct {
+	Outcome string
+}
+
+type pendingEntry struct {
+	a      Approval
+	answer chan userDecision // cap 1; written once, by the one who removes the entry
+}
+
+// queue is the user-review queue plus the recent-decisions list.
+type queue struct {
+	mu      sync.Mutex
+	pending map[string]*pendingEntry
+	recent  []Approval // ring, newest at recentNext-1
+	next    int
+	full    bool
+}
+
+func newQueue() *queue {
+	return &queue{pending: map[string]*pendingEntry{}, recent: make([]Approval, recentCapacity)}
+}
+
+func (q *queue) add(a Approval) *pendingEntry {
+	e := &pendingEntry{a: a, answer: make(chan userDecision, 1)}
+	q.mu.Lock()
+	q.pending[a.ID] = e
+	q.mu.Unlock()
+	return e
+}
+
+// take removes id from the pending set; ok is false when it was not there
+// (already decided or timed out).
+func (q *queue) take(id string) (*pendingEntry, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	e, ok := q.pending[id]
+	if ok {
+		delete(q.pending, id)
+	}
+	return e, ok
+}
+
+func (q *queue) get(id string) (Approval, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e, ok := q.pending[id]; ok {
+		return e.a, true
+	}
+	return Approval{}, false
+}
+
+func (q *queue) record(a Approval) {
+	q.mu.Lock()
+	q.recent[q.next] = a
+	q.next = (q.next + 1) % len(q.recent)
+	if q.next == 0 {
+		q.full = true
+	}
+	q.mu.Unlock()
+}
+
+// list returns pending (oldest first) and/or decided (newest first) approvals.
+func (q *queue) list(status string) []Approval {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := []Approval{}
+	if status == "" || status == StatusPending {
+		for _, e := range q.pending {
+			out = append(out, e.a)
+		}
+		sort.Slice(out, func(i, j int) bool {
+			if !out[i].created.Equal(out[j].created) {
+				return out[i].created.Before(out[j].created)
+			}
+			return out[i].ID < out[j].ID
+		})
+	}
+	if status == "" || status == StatusDecided {
+		n := q.next
+		if q.full {
+			n = len(q.recent)
+		}
+		for i := 1; i <= n; i++ {
+			out = append(out, q.recent[(q.next-i+len(q.recent))%len(q.recent)])
+		}
+	}
+	return out
+}
+
+// Errors of DecideApproval, mapped to HTTP statuses by the API.
+var (
+	ErrNotFound        = errors.New("no pending approval with this id")
+	ErrInvalidDecision = errors.New("invalid decision")
+	ErrHostMismatch    = errors.New("amendment host does not match the reviewed host")
+)
+
+// validUserOutcome reports whether a human may choose d for an approval of kind.
+func validUserOutcome(d string) bool {
+	switch d {
+	case OutcomeAllowOnce, OutcomeAllowSession, OutcomeAllowAlways, OutcomeDeny, OutcomeDenyAlways, OutcomeAbort:
+		return true
+	}
+	return false
+}
+
+// DecideApproval applies a reviewer's decision to a pending approval and
+// releases its waiters. amendHost, when not empty, is the host the reviewer
+// wants allow_always/deny_always to write; it must normalise to the reviewed
+// host, else the decision is refused and the approval stays pending.
+func (s *Service) DecideApproval(id, decision, amendHost string) error {
+	if !validUserOutcome(decision) {
+		return fmt.Errorf("%w %q: want one of allow_once, allow_session, allow_always, deny, deny_always, abort", ErrInvalidDecision, decision)
+	}
+	a, ok := s.queue.get(id)
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	if amendHost != "" {
+		if err := checkAmendmentHost(amendHost, a); err != nil {
+			return err
+		}
+	}
+	e, ok := s.queue.take(id)
+	if !ok {
+		return fmt.Errorf("%w: %q (decided meanwhile)", ErrNotFound, id)
+	}
+	e.answer <- userDecision{Outcome: decision}
+	return nil
+}
+
+// askUser queues a for a human and waits for a decision, the review timeout,
+// or the service shutting down.
+func (s *Service) askUser(ctx context.Context, a Approval) string {
+	e := s.queue.add(a)
+	s.metrics.ApprovalPending(1)
+	defer s.metrics.ApprovalPending(-1)
+	s.bus.publish(EventApprovalCreated, a)
+	s.log.Info("approval pending", "approval_id", a.ID, "kind", a.Kind, "host", a.Host, "port", a.Port, "protocol", a.Protocol, "session_id", a.SessionID)
+
+	timer := time.NewTimer(s.timeout)
+	defer timer.Stop()
+	select {
+	case d := <-e.answer:
+		return d.Outcome
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	if _, ok := s.queue.take(a.ID); ok {
+		if ctx.Err() != nil {
+			return OutcomeAbort
+		}
+		return OutcomeTimeout
+	}
+	// A decision won the race with the timer: honour it.
+	return (<-e.answer).Outcome
+}

@@ -1,0 +1,282 @@
+package attribution
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+)
+
+// ExecutionSpec is what a launcher tells the registry about a new execution.
+type ExecutionSpec struct {
+	SessionID     string   `json:"session_id"`
+	EnvironmentID string   `json:"environment_id"`
+	TurnID        string   `json:"turn_id,omitempty"`
+	Command       []string `json:"command"`
+	Cwd           string   `json:"cwd,omitempty"`
+	// Optional narrowing of the approval service's settings for this execution.
+	ApprovalPolicy string `json:"approval_policy,omitempty"`
+	Reviewer       string `json:"reviewer,omitempty"`
+}
+
+// Execution is one registered, active command execution. It never holds the
+// token, so it is safe to log and to return from APIs.
+type Execution struct {
+	ID             string    `json:"execution_id"`
+	SessionID      string    `json:"session_id"`
+	EnvironmentID  string    `json:"environment_id"`
+	TurnID         string    `json:"turn_id,omitempty"`
+	Command        []string  `json:"command"`
+	Cwd            string    `json:"cwd,omitempty"`
+	ApprovalPolicy string    `json:"approval_policy,omitempty"`
+	Reviewer       string    `json:"reviewer,omitempty"`
+	Started        time.Time `json:"started"`
+}
+
+// Event is one line of an execution's NDJSON event stream.
+type Event struct {
+	Type       string    `json:"type"` // network_decision | denied_by_user | denied_by_policy | execution_ended
+	Time       time.Time `json:"time"`
+	Host       string    `json:"host,omitempty"`
+	Port       uint16    `json:"port,omitempty"`
+	Protocol   string    `json:"protocol,omitempty"`
+	Decision   string    `json:"decision,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	Source     string    `json:"source,omitempty"`
+	ApprovalID string    `json:"approval_id,omitempty"`
+}
+
+// Event types.
+const (
+	EventNetworkDecision = "network_decision"
+	EventDeniedByUser    = "denied_by_user"
+	EventDeniedByPolicy  = "denied_by_policy"
+	EventExecutionEnded  = "execution_ended"
+)
+
+// Change kinds passed to OnChange hooks.
+const (
+	ExecutionStarted = "execution_started"
+	ExecutionEnded   = "execution_ended"
+)
+
+// subscriberBuffer bounds each event subscriber; a slow reader loses events
+// rather than slowing the data path.
+const subscriberBuffer = 256
+
+// ErrInvalidSpec is returned by Register for a spec missing required fields.
+var ErrInvalidSpec = errors.New("invalid execution")
+
+type entry struct {
+	exec     Execution
+	tokenKey [32]byte
+	subs     map[int]chan Event
+}
+
+// Registry holds the active executions. Tokens are kept only as SHA-256
+// digests, so a memory dump of the registry does not reveal them.
+type Registry struct {
+	mu      sync.RWMutex
+	byID    map[string]*entry
+	byToken map[[32]byte]string
+	nextSub int
+	hooks   []func(kind string, e Execution)
+	now     func() time.Time
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{
+		byID:    make(map[string]*entry),
+		byToken: make(map[[32]byte]string),
+		now:     time.Now,
+	}
+}
+
+// OnChange registers a hook called (outside the registry's lock) whenever an
+// execution starts or ends. Hooks must not block.
+func (r *Registry) OnChange(f func(kind string, e Execution)) {
+	r.mu.Lock()
+	r.hooks = append(r.hooks, f)
+	r.mu.Unlock()
+}
+
+// Register adds an execution and returns it with its secret token (192
+// random bits). The token is returned exactly once.
+func (r *Registry) Register(spec ExecutionSpec) (Execution, string, error) {
+	if spec.SessionID == "" {
+		return Execution{}, "", errors.Join(ErrInvalidSpec, errors.New("session_id is required"))
+	}
+	if spec.EnvironmentID == "" {
+		return Execution{}, "", errors.Join(ErrInvalidSpec, errors.New("environment_id is required"))
+	}
+	var idb [12]byte
+	var tokb [24]byte
+	if _, err := rand.Read(idb[:]); err != nil {
+		return Execution{}, "", err
+	}
+	if _, err := rand.Read(tokb[:]); err != nil {
+		return Execution{}, "", err
+	}
+	token := base64.RawURLEncoding.EncodeToString(tokb[:])
+	e := Execution{
+		ID:             "exec_" + hex.EncodeToString(idb[:]),
+		SessionID:      spec.SessionID,
+		EnvironmentID:  spec.EnvironmentID,
+		TurnID:         spec.TurnID,
+		Command:        append([]string(nil), spec.Command...),
+		Cwd:            spec.Cwd,
+		ApprovalPolicy: spec.ApprovalPolicy,
+		Reviewer:       spec.Reviewer,
+		Started:        r.now().UTC(),
+	}
+	key := sha256.Sum256([]byte(token))
+	r.mu.Lock()
+	r.byID[e.ID] = &entry{exec: e, tokenKey: key, subs: make(map[int]chan Event)}
+	r.byToken[key] = e.ID
+	hooks := append([]func(string, Execution){}, r.hooks...)
+	r.mu.Unlock()
+	for _, h := range hooks {
+		h(ExecutionStarted, e)
+	}
+	return e, token, nil
+}
+
+// Revoke ends an execution: its token is rejected from now on, its event
+// subscribers get execution_ended and their streams close. It reports
+// whether the execution was active.
+func (r *Registry) Revoke(id string) bool {
+	r.mu.Lock()
+	en, ok := r.byID[id]
+	if !ok {
+		r.mu.Unlock()
+		return false
+	}
+	delete(r.byID, id)
+	delete(r.byToken, en.tokenKey)
+	hooks := append([]func(string, Execution){}, r.hooks...)
+	ended := Event{Type: EventExecutionEnded, Time: r.now().UTC()}
+	for _, ch := range en.subs {
+		select {
+		case ch <- ended:
+		default:
+		}
+		close(ch)
+	}
+	en.subs = nil
+	r.mu.Unlock()
+	for _, h := range hooks {
+		h(ExecutionEnded, en.exec)
+	}
+	return true
+}
+
+// ByToken returns the active execution a token belongs to.
+func (r *Registry) ByToken(token string) (Execution, bool) {
+	key := sha256.Sum256([]byte(token))
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	id, ok := r.byToken[key]
+	if !ok {
+		return Execution{}, false
+	}
+	return r.byID[id].exec, true
+}
+
+// Get returns an active execution by id.
+func (r *Registry) Get(id string) (Execution, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	en, ok := r.byID[id]
+	if !ok {
+		return Execution{}, false
+	}
+	return en.exec, true
+}
+
+// Active returns every active execution, oldest first.
+func (r *Registry) Active() []Execution {
+	return r.filter(func(Execution) bool { return true })
+}
+
+// ActiveInEnvironment returns the active executions of one environment.
+func (r *Registry) ActiveInEnvironment(env string) []Execution {
+	return r.filter(func(e Execution) bool { return e.EnvironmentID == env })
+}
+
+// ActiveInSession returns the active executions of one session.
+func (r *Registry) ActiveInSession(session string) []Execution {
+	return r.filter(func(e Execution) bool { return e.SessionID == session })
+}
+
+func (r *Registry) filter(keep func(Execution) bool) []Execution {
+	r.mu.RLock()
+	out := make([]Execution, 0, len(r.byID))
+	for _, en := range r.byID {
+		if keep(en.exec) {
+			out = append(out, en.exec)
+		}
+	}
+	r.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Started.Equal(out[j].Started) {
+			return out[i].Started.Before(out[j].Started)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// Publish delivers ev to the subscribers of execution id without blocking;
+// a subscriber whose buffer is full misses the event.
+func (r *Registry) Publish(id string, ev Event) {
+	if ev.Time.IsZero() {
+		ev.Time = r.now().UTC()
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	en, ok := r.byID[id]
+	if !ok {
+		return
+	}
+	for _, ch := range en.subs {
+		select {
+		case ch <- ev:
+		default:
+		}
+	}
+}
+
+// Subscribe returns a stream of execution id's events, a cancel function,
+// and false when the execution is not active. The channel closes when the
+// execution ends (after an execution_ended event) or cancel is called.
+func (r *Registry) Subscribe(id string) (<-chan Event, func(), bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	en, ok := r.byID[id]
+	if !ok {
+		return nil, func() {}, false
+	}
+	n := r.nextSub
+	r.nextSub++
+	ch := make(chan Event, subscriberBuffer)
+	en.subs[n] = ch
+	var once sync.Once
+	cancel := func() {
+		once.Do(func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if cur, ok := r.byID[id]; ok && cur == en {
+				if c, ok := en.subs[n]; ok {
+					delete(en.subs, n)
+					close(c)
+				}
+			}
+		})
+	}
+	return ch, cancel, true
+}

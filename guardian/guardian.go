@@ -1,0 +1,146 @@
+// Package guardian owns the automated reviewer of approval requests (SPEC §5):
+// one Reviewer interface and three backends — a Starlark script, an HTTP
+// webhook and an OpenAI-compatible chat-completions endpoint — plus the strict
+// parsing of their verdicts.
+//
+// It must never turn an error, a timeout or an unparsable answer into an
+// allow: every such path returns an error, which the approval service records
+// as a denial. It never sends or logs a proxy token or an admin token, and it
+// dials its endpoints directly (never through the proxy or *_PROXY variables).
+package guardian
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/netproxy/netproxy/internal/config"
+)
+
+// Decision values of a Verdict.
+const (
+	DecisionAllow = "allow"
+	DecisionDeny  = "deny"
+)
+
+// ReviewRequest is what the reviewer judges: a network access or an exec
+// approval request together with the execution that triggered it.
+type ReviewRequest struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"` // "network" | "exec"
+
+	SessionID     string `json:"session_id"`
+	EnvironmentID string `json:"environment_id"`
+	ExecutionID   string `json:"execution_id,omitempty"`
+
+	// Network requests.
+	Host     string `json:"host,omitempty"`
+	Protocol string `json:"protocol,omitempty"`
+	Port     uint16 `json:"port,omitempty"`
+	Target   string `json:"target,omitempty"` // e.g. "https://example.com:443"
+
+	// The execution's (or exec request's) command and working directory.
+	Command            []string `json:"command,omitempty"`
+	Cwd                string   `json:"cwd,omitempty"`
+	SandboxPermissions string   `json:"sandbox_permissions,omitempty"`
+
+	Reason        string `json:"reason,omitempty"`
+	Justification string `json:"justification,omitempty"`
+}
+
+// Verdict is a reviewer's answer.
+type Verdict struct {
+	Decision  string `json:"decision"` // "allow" | "deny"
+	Rationale string `json:"rationale,omitempty"`
+	Risk      string `json:"risk,omitempty"`
+}
+
+// Allowed reports whether the verdict lets the request proceed.
+func (v Verdict) Allowed() bool { return v.Decision == DecisionAllow }
+
+// Reviewer judges one request. An error means "no verdict": callers deny.
+// Implementations must honour ctx (timeouts and aborts).
+type Reviewer interface {
+	Review(ctx context.Context, req ReviewRequest) (Verdict, error)
+}
+
+// DefaultTimeout bounds one review when the config gives none.
+const DefaultTimeout = 10 * time.Second
+
+// New builds the reviewer named by cfg.Backend. baseDir resolves a relative
+// script path (the config file's folder); getenv reads the API key variable.
+// A misconfigured backend is an error naming the key to fix.
+func New(cfg config.Guardian, baseDir string, getenv func(string) string) (Reviewer, error) {
+	timeout := cfg.Timeout.Duration
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	switch cfg.Backend {
+	case "starlark":
+		if cfg.Script == "" {
+			return nil, fmt.Errorf("guardian.script: required for backend \"starlark\"; set it to a .star file defining review(request)")
+		}
+		path := cfg.Script
+		if !filepath.IsAbs(path) && baseDir != "" {
+			path = filepath.Join(baseDir, path)
+		}
+		return NewStarlark(path, StarlarkOptions{Timeout: timeout})
+	case "webhook":
+		if cfg.URL == "" {
+			return nil, fmt.Errorf("guardian.url: required for backend \"webhook\"; set it to the http(s) URL that receives the JSON review request")
+		}
+		return NewWebhook(cfg.URL, WebhookOptions{Timeout: timeout})
+	case "openai":
+		if cfg.URL == "" {
+			return nil, fmt.Errorf("guardian.url: required for backend \"openai\"; set it to the chat-completions base URL (e.g. https://api.openai.com/v1)")
+		}
+		if cfg.Model == "" {
+			return nil, fmt.Errorf("guardian.model: required for backend \"openai\"")
+		}
+		key := ""
+		if cfg.APIKeyEnv != "" {
+			key = getenv(cfg.APIKeyEnv)
+			if key == "" {
+				return nil, fmt.Errorf("guardian.api_key_env: environment variable %s is empty or unset; export the API key in it", cfg.APIKeyEnv)
+			}
+		}
+		return NewOpenAI(OpenAIOptions{BaseURL: cfg.URL, Model: cfg.Model, APIKey: key, Timeout: timeout})
+	case "":
+		return nil, fmt.Errorf("guardian.backend: required when approvals.reviewer = \"guardian\"; use \"starlark\", \"webhook\" or \"openai\"")
+	default:
+		return nil, fmt.Errorf("guardian.backend: unknown backend %q; use \"starlark\", \"webhook\" or \"openai\"", cfg.Backend)
+	}
+}
+
+// directClient is an HTTP client that never uses proxy environment variables:
+// the Guardian endpoint is dialed directly so a review never loops through
+// the proxy it is reviewing for.
+func directClient() *http.Client {
+	tr := &http.Transport{
+		Proxy:                 nil,
+		MaxIdleConns:          16,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 0, // bounded by the request context
+		ForceAttemptHTTP2:     true,
+	}
+	return &http.Client{
+		Transport: tr,
+		// A reviewer endpoint that redirects is misconfigured; do not follow.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// withTimeout bounds ctx by d when d > 0.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}

@@ -1,0 +1,353 @@
+package hostpolicy
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/netproxy/netproxy/hostpolicy/hostname"
+)
+
+// Normalize returns the canonical spelling of a host (SPEC §3.1); an error
+// (or the empty host) must be treated as not_allowed.
+func Normalize(host string) (string, error) { return hostname.Normalize(host) }
+
+// Mode values of network.mode.
+const (
+	ModeFull    = "full"
+	ModeLimited = "limited"
+)
+
+// Engine runs the decision chain of SPEC §3.4–3.8 over a swappable Policy.
+// It is safe for concurrent use.
+type Engine struct {
+	state    atomic.Pointer[engineState]
+	resolver Resolver
+	decider  Decider
+
+	// Live amendments (allow_always / deny_always) survive Swap: they are
+	// the reviewer's word and are also persisted as rules by the caller.
+	amendMu    sync.RWMutex
+	amendAllow map[string]struct{}
+	amendDeny  map[string]struct{}
+}
+
+type engineState struct {
+	policy *Policy
+	mode   string
+}
+
+// NewEngine returns an Engine over p. mode is "full" or "limited" (anything
+// else is treated as limited: fail closed). d may be nil: not_allowed is then
+// final with source baseline_policy.
+func NewEngine(p *Policy, r Resolver, mode string, d Decider) *Engine {
+	if r == nil {
+		r = NewResolver(nil, DefaultDNSTimeout)
+	}
+	e := &Engine{resolver: r, decider: d, amendAllow: map[string]struct{}{}, amendDeny: map[string]struct{}{}}
+	e.state.Store(&engineState{policy: orEmpty(p), mode: mode})
+	return e
+}
+
+func orEmpty(p *Policy) *Policy {
+	if p == nil {
+		return &Policy{allow: newMatcherBuilder().build(), deny: newMatcherBuilder().build()}
+	}
+	return p
+}
+
+// Swap atomically replaces the policy and mode (reload). Requests already in
+// Evaluate finish on the policy they started with.
+func (e *Engine) Swap(p *Policy, mode string) {
+	e.state.Store(&engineState{policy: orEmpty(p), mode: mode})
+}
+
+// Policy returns the current compiled policy.
+func (e *Engine) Policy() *Policy { return e.state.Load().policy }
+
+// Mode returns the current mode.
+func (e *Engine) Mode() string { return e.state.Load().mode }
+
+// Resolver returns the resolver the local guard uses; the dialer resolves
+// through the same one when the guard was skipped.
+func (e *Engine) Resolver() Resolver { return e.resolver }
+
+// AllowLocalBinding reports the current network.allow_local_binding.
+func (e *Engine) AllowLocalBinding() bool { return e.state.Load().policy.allowLocalBinding }
+
+// Amend adds host to the live allow list (Allow) or deny list (Deny), removing
+// it from the other one; it applies to the host on every port and protocol.
+// A host that does not normalise is ignored.
+func (e *Engine) Amend(host string, d Verdict) {
+	h, err := Normalize(host)
+	if err != nil || h == "" {
+		return
+	}
+	e.amendMu.Lock()
+	defer e.amendMu.Unlock()
+	switch d {
+	case Allow:
+		e.amendAllow[h] = struct{}{}
+		delete(e.amendDeny, h)
+	case Deny:
+		e.amendDeny[h] = struct{}{}
+		delete(e.amendAllow, h)
+	}
+}
+
+func (e *Engine) amended(set map[string]struct{}, hosts ...string) (string, bool) {
+	e.amendMu.RLock()
+	defer e.amendMu.RUnlock()
+	for _, h := range hosts {
+		if h == "" {
+			continue
+		}
+		if _, ok := set[h]; ok {
+			return h, true
+		}
+	}
+	return "", false
+}
+
+// Evaluate runs the whole chain for req and returns the final decision:
+// normalise → deny list → local/private guard → allow list → mode guard, and
+// the decider only for not_allowed. It never dials.
+func (e *Engine) Evaluate(ctx context.Context, req Request) Decision {
+	st := e.state.Load()
+	d := e.hostDecision(ctx, st.policy, req)
+	switch {
+	case d.Verdict == Allow:
+		return modeGuard(st.mode, req, d)
+	case d.Reason == ReasonNotAllowed && e.decider != nil && d.Host != "":
+		base := d
+		out := e.decider.Decide(ctx, req, base)
+		return e.mergeDecider(st.mode, req, base, out)
+	}
+	return d
+}
+
+// EvaluateHost runs only the host chain of SPEC §3.4 (no mode guard, no
+// decider) — for re-checks such as MITM inner requests.
+func (e *Engine) EvaluateHost(ctx context.Context, req Request) Decision {
+	return e.hostDecision(ctx, e.state.Load().policy, req)
+}
+
+// mergeDecider keeps what the chain established (host, pinned addresses,
+// steps) and takes the decider's verdict. A decider can only turn
+// not_allowed into allow, deny or ask; its blocks carry source decider.
+func (e *Engine) mergeDecider(mode string, req Request, base, out Decision) Decision {
+	d := base
+	d.ApprovalID, d.Override, d.Rationale = out.ApprovalID, out.Override, out.Rationale
+	d.Source = SourceDecider
+	switch out.Verdict {
+	case Allow:
+		d.Verdict, d.Reason = Allow, ReasonNone
+		if out.Pattern != "" {
+			d.Pattern = out.Pattern
+		}
+		d.Steps = append(d.Steps, Step{Step: "decider", Result: "pass", Detail: out.Override})
+		// A reviewer approves a host, never a method: limited mode still applies.
+		return modeGuard(mode, req, d)
+	case Ask:
+		d.Verdict = Ask
+	default:
+		d.Verdict = Deny
+	}
+	d.Reason = out.Reason
+	if d.Reason == ReasonNone {
+		d.Reason = ReasonPolicyDenied
+	}
+	d.Steps = append(d.Steps, Step{Step: "decider", Result: "block", Detail: string(d.Verdict)})
+	return d
+}
+
+func (e *Engine) hostDecision(ctx context.Context, p *Policy, req Request) Decision {
+	d := Decision{Verdict: Deny, Source: SourceBaseline, Port: req.Port}
+	host, err := Normalize(req.Host)
+	if err != nil || host == "" {
+		d.Reason = ReasonNotAllowed
+		detail := "empty host"
+		if err != nil {
+			detail = err.Error()
+		}
+		d.Steps = append(d.Steps, Step{Step: "normalize", Result: "block", Detail: detail})
+		return d
+	}
+	d.Host = host
+
+	// The forms of the host a deny entry may name: the host itself, the
+	// unscoped address of a scoped literal, and the IPv4 address inside an
+	// IPv4-mapped IPv6 literal (the same socket address).
+	addr, isIP := parseLiteral(host)
+	unscoped := ""
+	if isIP && addr.Zone() != "" {
+		unscoped = addr.WithZone("").String()
+	}
+	mapped := ""
+	if isIP && addr.Is4In6() {
+		mapped = addr.Unmap().String()
+	}
+
+	// 2. deny list
+	for _, h := range []string{host, unscoped, mapped} {
+		if h == "" {
+			continue
+		}
+		if pat, ok := p.deny.match(h); ok {
+			d.Reason, d.Pattern = ReasonDenied, pat
+			d.Steps = append(d.Steps, Step{Step: "deny", Result: "hit", Detail: pat})
+			return d
+		}
+	}
+	if h, ok := e.amended(e.amendDeny, host, unscoped, mapped); ok {
+		d.Reason, d.Pattern = ReasonDenied, h
+		d.Steps = append(d.Steps, Step{Step: "deny", Result: "hit", Detail: h + " (amended)"})
+		return d
+	}
+	d.Steps = append(d.Steps, Step{Step: "deny", Result: "miss"})
+
+	// 3. local/private guard
+	if !p.allowLocalBinding {
+		local := host == "localhost" || (isIP && IsNonPublic(addr))
+		if local {
+			pat, ok := p.allow.matchExact(host)
+			if !ok && unscoped != "" {
+				pat, ok = p.allow.matchExact(unscoped)
+			}
+			if !ok {
+				d.Reason = ReasonNotAllowedLocal
+				d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "block", Detail: "local/private address not allow-listed exactly"})
+				return d
+			}
+			d.LocalLiteral = true
+			d.Pattern = pat
+			if isIP {
+				d.Addrs = []netip.Addr{addr}
+			} else {
+				// RFC 6761: localhost is loopback, never looked up.
+				d.Addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
+			}
+			d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "pass", Detail: "exact allow-list entry " + pat})
+			d.Steps = append(d.Steps, Step{Step: "allow", Result: "hit", Detail: pat})
+			d.Verdict, d.Reason = Allow, ReasonNone
+			return d
+		}
+		if isIP {
+			d.Addrs = []netip.Addr{addr}
+			d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "pass", Detail: "public address"})
+		} else {
+			addrs, err := e.resolver.LookupNetIP(ctx, host)
+			if err != nil {
+				d.Reason = ReasonNotAllowedLocal
+				d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "block", Detail: "lookup failed: " + err.Error()})
+				return d
+			}
+			d.Addrs = addrs
+			for _, a := range addrs {
+				if IsNonPublic(a) {
+					d.Reason = ReasonNotAllowedLocal
+					d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "block", Detail: "resolves to non-public address " + a.String()})
+					return d
+				}
+			}
+			d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "pass", Detail: "resolves to " + joinAddrs(addrs)})
+		}
+	} else {
+		d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "pass", Detail: "allow_local_binding = true"})
+		if isIP {
+			d.Addrs = []netip.Addr{addr}
+		}
+	}
+
+	// 4. allow list
+	pat, ok := p.allow.match(host)
+	if !ok && unscoped != "" && !p.allowLocalBinding {
+		// An exact scoped match is required when local binding is on
+		// (reference §2.2); otherwise the unscoped entry covers all scopes.
+		pat, ok = p.allow.match(unscoped)
+	}
+	if !ok {
+		if h, amended := e.amended(e.amendAllow, host); amended {
+			pat, ok = h+" (amended)", true
+		}
+	}
+	if !ok {
+		d.Reason = ReasonNotAllowed
+		d.Steps = append(d.Steps, Step{Step: "allow", Result: "miss"})
+		return d
+	}
+	d.Pattern = strings.TrimSuffix(pat, " (amended)")
+	d.Steps = append(d.Steps, Step{Step: "allow", Result: "hit", Detail: pat})
+	d.Verdict, d.Reason = Allow, ReasonNone
+	return d
+}
+
+// modeGuard applies limited mode (SPEC §3.8) to an allowed request.
+func modeGuard(mode string, req Request, d Decision) Decision {
+	if mode == ModeFull || mode == "" {
+		d.Steps = append(d.Steps, Step{Step: "mode", Result: "pass", Detail: "full"})
+		return d
+	}
+	reason := ReasonNone
+	switch req.Protocol {
+	case ProtoHTTPS:
+		reason = ReasonMITMRequired
+	case ProtoSOCKS5:
+		if req.Port == 443 {
+			reason = ReasonMITMRequired
+		} else {
+			reason = ReasonMethodNotAllowed
+		}
+	default:
+		switch strings.ToUpper(req.Method) {
+		case "GET", "HEAD", "OPTIONS":
+		default:
+			reason = ReasonMethodNotAllowed
+		}
+	}
+	if reason == ReasonNone {
+		d.Steps = append(d.Steps, Step{Step: "mode", Result: "pass", Detail: "limited: " + strings.ToUpper(req.Method)})
+		return d
+	}
+	d.Verdict, d.Reason, d.Source = Deny, reason, SourceModeGuard
+	d.Steps = append(d.Steps, Step{Step: "mode", Result: "block", Detail: "limited: " + string(reason)})
+	return d
+}
+
+// MethodAllowed reports whether a plain-HTTP method passes mode (for MITM
+// inner requests in limited mode).
+func MethodAllowed(mode, method string) bool {
+	if mode == ModeFull || mode == "" {
+		return true
+	}
+	switch strings.ToUpper(method) {
+	case "GET", "HEAD", "OPTIONS":
+		return true
+	}
+	return false
+}
+
+func parseLiteral(host string) (netip.Addr, bool) {
+	if host == "" {
+		return netip.Addr{}, false
+	}
+	c := host[0]
+	if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c == ':') {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(host)
+	return a, err == nil
+}
+
+func joinAddrs(as []netip.Addr) string {
+	var b strings.Builder
+	for i, a := range as {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(a.String())
+	}
+	return b.String()
+}

@@ -1,0 +1,36 @@
+package hostpolicy
+
+// Message is the client-facing text of a blocked decision (SPEC §3.7).
+func (d Decision) Message() string {
+	switch d.Reason {
+	case ReasonNotAllowed:
+		return "Domain not in allowlist."
+	case ReasonNotAllowedLocal:
+		return "Sandbox policy blocks local/private network addresses."
+	case ReasonDenied:
+		return "Domain denied by the sandbox policy."
+	case ReasonMethodNotAllowed:
+		return "Method not allowed in limited mode."
+	case ReasonMITMRequired:
+		return "MITM required for limited HTTPS."
+	}
+	return "Request blocked by network policy."
+}
+
+// XProxyError is the x-proxy-error header value of a blocked decision
+// (SPEC §3.7).
+func (d Decision) XProxyError() string {
+	switch d.Reason {
+	case ReasonNotAllowed, ReasonNotAllowedLocal:
+		return "blocked-by-allowlist"
+	case ReasonDenied:
+		return "blocked-by-denylist"
+	case ReasonMethodNotAllowed:
+		return "blocked-by-method-policy"
+	case ReasonMITMRequired:
+		return "blocked-by-mitm-required"
+	case ReasonMITMHookDenied:
+		return "blocked-by-mitm-hook"
+	}
+	return "blocked-by-policy"
+}

@@ -1,0 +1,554 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	toml "github.com/pelletier/go-toml/v2"
+
+	"github.com/netproxy/netproxy/configs"
+	"github.com/netproxy/netproxy/hostpolicy/hostname"
+)
+
+// Error is one configuration problem: where it is and what to do.
+type Error struct {
+	File   string // "" for the embedded default
+	Line   int    // 0 when unknown
+	Column int
+	Key    string // TOML key path, e.g. network.domains."*"
+	Msg    string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, ":%d", e.Line)
+			if e.Column > 0 {
+				fmt.Fprintf(&b, ":%d", e.Column)
+			}
+		}
+		b.WriteString(": ")
+	}
+	if e.Key != "" {
+		b.WriteString(e.Key)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Default returns the embedded default configuration (configs/default.toml)
+// with its paths expanded. It panics only if the embedded file is broken,
+// which the package tests rule out.
+func Default() *Config {
+	c, errs := decode(configs.DefaultTOML, "")
+	if len(errs) > 0 {
+		panic(fmt.Sprintf("embedded default configuration is invalid: %v", errors.Join(errs...)))
+	}
+	return c
+}
+
+// Load reads the file at path over the embedded default, rejects unknown
+// keys, resolves paths and validates every value. The error joins every
+// problem found (each an *Error naming its key and, where known, file:line).
+func Load(path string) (*Config, error) {
+	c, errs := load(path)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// Validate returns every problem of the file at path (nil when it is valid),
+// including unreadable domain files. Pattern syntax is checked here too, with
+// the same parser the policy compiler uses.
+func Validate(path string) []error {
+	c, errs := load(path)
+	if c != nil {
+		errs = append(errs, validateDomainFiles(c)...)
+	}
+	return errs
+}
+
+// Parse decodes TOML bytes as if read from the file name (used for its
+// folder and in messages) over the embedded default, and validates them.
+func Parse(data []byte, name string) (*Config, error) {
+	c, errs := decode(data, name)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+func load(path string) (*Config, []error) {
+	if path == "" {
+		return nil, []error{&Error{Msg: "no configuration file given"}}
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, []error{&Error{File: path, Msg: err.Error()}}
+	}
+	data, err := os.ReadFile(abs)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, []error{&Error{File: path, Msg: fmt.Sprintf("cannot read configuration file: %v", err)}}
+	}
+	c, errs := decodeNamed(data, abs, path)
+	return c, errs
+}
+
+func decode(data []byte, file string) (*Config, []error) { return decodeNamed(data, file, file) }
+
+// decodeNamed decodes the embedded default, then data over it. file is the
+// absolute path (for relative paths); shown is the name used in messages.
+func decodeNamed(data []byte, file, shown string) (*Config, []error) {
+	c := &Config{}
+	if err := toml.Unmarshal(configs.DefaultTOML, c); err != nil {
+		return nil, []error{&Error{File: "configs/default.toml", Msg: err.Error()}}
+	}
+	if file != "" {
+		// A collection the file sets replaces the default's, never merges.
+		var raw map[string]any
+		if err := toml.Unmarshal(data, &raw); err != nil {
+			return nil, []error{tomlError(err, shown)}
+		}
+		resetSetCollections(c, raw)
+		dec := toml.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(c); err != nil {
+			var sm *toml.StrictMissingError
+			if !errors.As(err, &sm) {
+				return nil, []error{tomlError(err, shown)}
+			}
+			// Unknown keys: report each, then keep validating the rest
+			// (go-toml decoded every known key).
+			var errs []error
+			for i := range sm.Errors {
+				errs = append(errs, unknownKeyError(&sm.Errors[i], shown))
+			}
+			c.Path = file
+			resolvePaths(c)
+			return c, append(errs, validate(c, shown)...)
+		}
+	}
+	c.Path = file
+	resolvePaths(c)
+	if errs := validate(c, shown); len(errs) > 0 {
+		return c, errs
+	}
+	return c, nil
+}
+
+func resetSetCollections(c *Config, raw map[string]any) {
+	if network, ok := raw["network"].(map[string]any); ok {
+		if _, ok := network["domains"]; ok {
+			c.Network.Domains = nil
+		}
+		if _, ok := network["domain_files"]; ok {
+			c.Network.DomainFiles = nil
+		}
+	}
+	if dns, ok := raw["dns"].(map[string]any); ok {
+		if _, ok := dns["hosts"]; ok {
+			c.DNS.Hosts = nil
+		}
+	}
+	if ap, ok := raw["approvals"].(map[string]any); ok {
+		if _, ok := ap["hooks"]; ok {
+			c.Approvals.Hooks = nil
+		}
+	}
+}
+
+func tomlError(err error, file string) error {
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		line, col := de.Position()
+		msg := strings.TrimPrefix(de.Error(), "toml: ")
+		msg = strings.Replace(msg, "struct field ", "", 1)
+		return &Error{File: file, Line: line, Column: col, Key: keyPath(de.Key()), Msg: msg + hintFor(de.Key())}
+	}
+	return &Error{File: file, Msg: err.Error()}
+}
+
+func unknownKeyError(de *toml.DecodeError, file string) error {
+	line, _ := de.Position()
+	key := de.Key()
+	what := "unknown key"
+	if strings.Contains(de.Error(), "missing table") {
+		what = "unknown table"
+	}
+	parent := "the top level"
+	if len(key) > 1 {
+		parent = "[" + keyPath(key[:len(key)-1]) + "]"
+	}
+	return &Error{File: file, Line: line, Key: keyPath(key),
+		Msg: fmt.Sprintf("%s %q in %s; remove it or fix its spelling (the keys are those of configs/default.toml)", what, key[len(key)-1], parent)}
+}
+
+// hintFor adds what to write for keys whose type people get wrong.
+func hintFor(key []string) string {
+	p := keyPath(key)
+	switch {
+	case strings.HasSuffix(p, "timeout") || strings.HasSuffix(p, "_timeout"):
+		return `; write a duration string such as "2s" or "5m"`
+	case strings.HasPrefix(p, "network.domains."):
+		return `; write "allow" or "deny"`
+	case strings.HasPrefix(p, "dns.hosts."):
+		return `; write a list of IP addresses such as ["10.0.0.1"]`
+	}
+	return ""
+}
+
+// keyPath renders a TOML key as written: bare parts plain, others quoted.
+func keyPath(parts []string) string {
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		if isBareKey(p) {
+			out[i] = p
+		} else {
+			out[i] = strconv.Quote(p)
+		}
+	}
+	return strings.Join(out, ".")
+}
+
+func isBareKey(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// HomeDir returns $NETPROXY_HOME, defaulting to ~/.netproxy.
+func HomeDir() string {
+	if h := os.Getenv("NETPROXY_HOME"); h != "" {
+		return expandTilde(h)
+	}
+	return filepath.Join(userHome(), ".netproxy")
+}
+
+func userHome() string {
+	if h := os.Getenv("HOME"); h != "" {
+		return h
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return h
+	}
+	return "/"
+}
+
+func expandTilde(p string) string {
+	if p == "~" {
+		return userHome()
+	}
+	if strings.HasPrefix(p, "~/") {
+		return filepath.Join(userHome(), p[2:])
+	}
+	return p
+}
+
+// ExpandPath expands a leading $NETPROXY_HOME (or ${NETPROXY_HOME}) and ~,
+// and resolves a relative path against base (the config file's folder; the
+// working directory when base is "").
+func ExpandPath(p, base string) string {
+	if p == "" {
+		return ""
+	}
+	for _, v := range []string{"$NETPROXY_HOME", "${NETPROXY_HOME}"} {
+		if p == v || strings.HasPrefix(p, v+"/") {
+			p = HomeDir() + p[len(v):]
+			break
+		}
+	}
+	p = expandTilde(p)
+	if !filepath.IsAbs(p) && base != "" {
+		p = filepath.Join(base, p)
+	}
+	return filepath.Clean(p)
+}
+
+func resolvePaths(c *Config) {
+	base := ""
+	if c.Path != "" {
+		base = filepath.Dir(c.Path)
+	}
+	c.Control.Socket = ExpandPath(c.Control.Socket, base)
+	c.Audit.Path = ExpandPath(c.Audit.Path, base)
+	c.Guardian.Script = ExpandPath(c.Guardian.Script, base)
+	for i := range c.Network.DomainFiles {
+		c.Network.DomainFiles[i].Path = ExpandPath(c.Network.DomainFiles[i].Path, base)
+	}
+}
+
+var approvalFlags = map[string]bool{"sandbox_approval": true, "rules": true}
+
+// validate checks every value; each error names its key.
+func validate(c *Config, file string) []error {
+	var errs []error
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, &Error{File: file, Key: key, Msg: fmt.Sprintf(format, a...)})
+	}
+
+	checkAddr := func(key, v string, required bool) {
+		if v == "" {
+			if required {
+				bad(key, `missing; write "host:port" such as "127.0.0.1:3128"`)
+			}
+			return
+		}
+		h, port, err := net.SplitHostPort(v)
+		if err != nil {
+			bad(key, `%q is not "host:port": %v`, v, err)
+			return
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			bad(key, "%q: port must be a number 0–65535", v)
+		}
+		if h != "" && h != "localhost" {
+			if _, err := netip.ParseAddr(h); err != nil {
+				bad(key, "%q: host must be an IP address or localhost", v)
+			}
+		}
+	}
+	checkAddr("listen.http", c.Listen.HTTP, true)
+	checkAddr("listen.socks5", c.Listen.SOCKS5, true)
+	checkAddr("listen.admin", c.Listen.Admin, true)
+	if c.Control.Socket == "" {
+		bad("control.socket", "missing; give the path of the control unix socket")
+	}
+
+	switch c.Network.Mode {
+	case "full", "limited":
+	default:
+		bad("network.mode", `%q is not "full" or "limited"`, c.Network.Mode)
+	}
+	keys := make([]string, 0, len(c.Network.Domains))
+	for k := range c.Network.Domains {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		key := "network.domains." + strconv.Quote(k)
+		v := c.Network.Domains[k]
+		p, err := hostname.ParsePattern(k)
+		if err != nil {
+			bad(key, "%v", err)
+		}
+		switch v {
+		case "allow":
+		case "deny":
+			if err == nil {
+				if derr := hostname.CheckDeny(p); derr != nil {
+					bad(key, "%q: %v", k, derr)
+				}
+			}
+		default:
+			bad(key, `decision %q is not "allow" or "deny"`, v)
+		}
+	}
+	for i, df := range c.Network.DomainFiles {
+		key := fmt.Sprintf("network.domain_files[%d]", i)
+		if df.Path == "" {
+			bad(key+".path", "missing; give the file of patterns (one per line)")
+		}
+		if df.Decision != "allow" && df.Decision != "deny" {
+			bad(key+".decision", `%q is not "allow" or "deny"`, df.Decision)
+		}
+	}
+	if u := c.Network.UpstreamProxy; u != "" && !strings.HasPrefix(u, "http://") {
+		bad("network.upstream_proxy", `%q: only http:// parent proxies are supported`, u)
+	}
+
+	if c.DNS.Timeout.Duration <= 0 {
+		bad("dns.timeout", `must be a positive duration such as "2s"`)
+	}
+	hostKeys := make([]string, 0, len(c.DNS.Hosts))
+	for k := range c.DNS.Hosts {
+		hostKeys = append(hostKeys, k)
+	}
+	sort.Strings(hostKeys)
+	for _, k := range hostKeys {
+		key := "dns.hosts." + strconv.Quote(k)
+		if n, err := hostname.Normalize(k); err != nil {
+			bad(key, "not a valid host name: %v", err)
+		} else if _, err := netip.ParseAddr(n); err == nil {
+			bad(key, "an IP address needs no static answer")
+		}
+		if len(c.DNS.Hosts[k]) == 0 {
+			bad(key, "empty list; give at least one IP address")
+		}
+		for i, a := range c.DNS.Hosts[k] {
+			if _, err := netip.ParseAddr(a); err != nil {
+				bad(fmt.Sprintf("%s[%d]", key, i), "%q is not an IP address", a)
+			}
+		}
+	}
+
+	switch c.Approvals.Reviewer {
+	case "user", "guardian":
+	default:
+		bad("approvals.reviewer", `%q is not "user" or "guardian"`, c.Approvals.Reviewer)
+	}
+	if err := checkApprovalPolicy(c.Approvals.Policy); err != nil {
+		bad("approvals.policy", "%v", err)
+	}
+	if c.Approvals.Timeout.Duration <= 0 {
+		bad("approvals.timeout", `must be a positive duration such as "120s"`)
+	}
+	for i, h := range c.Approvals.Hooks {
+		key := fmt.Sprintf("approvals.hooks[%d]", i)
+		if len(h.Command) == 0 || h.Command[0] == "" {
+			bad(key+".command", `missing; give the argv of the hook, e.g. ["/usr/local/bin/hook"]`)
+		}
+		if h.Timeout.Duration < 0 {
+			bad(key+".timeout", "must not be negative")
+		}
+	}
+
+	switch c.Guardian.Backend {
+	case "starlark", "webhook", "openai":
+	default:
+		bad("guardian.backend", `%q is not "starlark", "webhook" or "openai"`, c.Guardian.Backend)
+	}
+	if c.Approvals.Reviewer == "guardian" {
+		switch c.Guardian.Backend {
+		case "starlark":
+			if c.Guardian.Script == "" {
+				bad("guardian.script", "missing; the starlark backend needs a script defining review(request)")
+			}
+		case "webhook", "openai":
+			if c.Guardian.URL == "" {
+				bad("guardian.url", "missing; the %s backend needs a URL", c.Guardian.Backend)
+			} else if !strings.HasPrefix(c.Guardian.URL, "http://") && !strings.HasPrefix(c.Guardian.URL, "https://") {
+				bad("guardian.url", "%q is not an http(s) URL", c.Guardian.URL)
+			}
+			if c.Guardian.Backend == "openai" && c.Guardian.Model == "" {
+				bad("guardian.model", "missing; the openai backend needs a model name")
+			}
+		}
+	}
+	if c.Guardian.Timeout.Duration <= 0 {
+		bad("guardian.timeout", `must be a positive duration such as "10s"`)
+	}
+
+	if c.Admin.TokenEnv == "" {
+		bad("admin.token_env", "missing; name the environment variable holding the admin bearer token")
+	}
+	if c.Audit.BufferSize < 0 {
+		bad("audit.buffer_size", "must not be negative")
+	}
+	if c.Limits.MaxConnections <= 0 {
+		bad("limits.max_connections", "must be positive")
+	}
+	if c.Limits.MaxHeaderBytes <= 0 {
+		bad("limits.max_header_bytes", "must be positive")
+	}
+	for key, d := range map[string]Duration{
+		"limits.header_timeout": c.Limits.HeaderTimeout, "limits.idle_timeout": c.Limits.IdleTimeout,
+		"limits.connect_timeout": c.Limits.ConnectTimeout,
+	} {
+		if d.Duration <= 0 {
+			bad(key, `must be a positive duration such as "10s"`)
+		}
+	}
+	if c.Metrics.MaxHostLabels < 0 {
+		bad("metrics.max_host_labels", "must not be negative")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", `%q is not debug, info, warn or error`, c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		bad("log.format", `%q is not "text" or "json"`, c.Log.Format)
+	}
+	sort.SliceStable(errs, func(i, j int) bool { return errs[i].(*Error).Key < errs[j].(*Error).Key })
+	return errs
+}
+
+// checkApprovalPolicy accepts never, on-request, untrusted and
+// granular[:flag,...] with flags sandbox_approval and rules.
+func checkApprovalPolicy(p string) error {
+	switch p {
+	case "never", "on-request", "untrusted", "granular":
+		return nil
+	}
+	if rest, ok := strings.CutPrefix(p, "granular:"); ok {
+		for _, f := range strings.Split(rest, ",") {
+			f = strings.TrimSpace(f)
+			if f == "" {
+				continue
+			}
+			if !approvalFlags[f] {
+				return fmt.Errorf("granular flag %q is unknown; the flags are sandbox_approval and rules", f)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf(`%q is not never, on-request, untrusted or granular[:sandbox_approval,rules]`, p)
+}
+
+// validateDomainFiles reads every domain file and parses each line, so that
+// `netproxy config validate` reports unreadable files and bad patterns.
+func validateDomainFiles(c *Config) []error {
+	var errs []error
+	for i, df := range c.Network.DomainFiles {
+		if df.Path == "" {
+			continue
+		}
+		key := fmt.Sprintf("network.domain_files[%d].path", i)
+		data, err := os.ReadFile(df.Path)
+		if err != nil {
+			var pe *os.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			errs = append(errs, &Error{File: c.Path, Key: key, Msg: fmt.Sprintf("cannot read domain file %s: %v", df.Path, err)})
+			continue
+		}
+		n := 0
+		for ln, line := range strings.Split(string(data), "\n") {
+			if j := strings.IndexByte(line, '#'); j >= 0 {
+				line = line[:j]
+			}
+			line = strings.TrimSpace(line)
+			if line == "" {
+				continue
+			}
+			p, err := hostname.ParsePattern(line)
+			if err == nil && df.Decision == "deny" {
+				err = hostname.CheckDeny(p)
+			}
+			if err != nil {
+				errs = append(errs, &Error{File: df.Path, Line: ln + 1, Msg: err.Error()})
+				if n++; n >= 20 {
+					errs = append(errs, &Error{File: df.Path, Msg: "too many errors, stopping"})
+					break
+				}
+			}
+		}
+	}
+	return errs
+}

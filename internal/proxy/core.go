@@ -1,0 +1,168 @@
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/netproxy/netproxy/attribution"
+	"github.com/netproxy/netproxy/hostpolicy"
+	"github.com/netproxy/netproxy/internal/observe"
+	"github.com/netproxy/netproxy/metrics"
+)
+
+// Evaluator is the decision chain (a *hostpolicy.Engine).
+type Evaluator interface {
+	Evaluate(ctx context.Context, req hostpolicy.Request) hostpolicy.Decision
+}
+
+// Executions is what the data path needs from the execution registry.
+type Executions interface {
+	ByToken(token string) (attribution.Execution, bool)
+	Get(id string) (attribution.Execution, bool)
+}
+
+// Limits are the per-connection limits of [limits].
+type Limits struct {
+	HeaderTimeout  time.Duration // request head (and SOCKS5 handshake) deadline
+	IdleTimeout    time.Duration // keep-alive wait between requests; tunnel inactivity
+	MaxHeaderBytes int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.HeaderTimeout <= 0 {
+		l.HeaderTimeout = 10 * time.Second
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = 5 * time.Minute
+	}
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = 1 << 20
+	}
+	return l
+}
+
+// Core is what both front ends share: the chain, the dialer, the sinks.
+type Core struct {
+	Engine     Evaluator
+	Dialer     *Dialer
+	Executions Executions
+	Sink       observe.DecisionSink
+	Meter      *metrics.Metrics
+	Logger     *slog.Logger
+	Tracker    *Tracker
+	Limits     Limits
+}
+
+func (c *Core) logger() *slog.Logger {
+	if c.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return c.Logger
+}
+
+// request builds the chain's request for a connection.
+func (c *Core) request(conn *Conn, host string, port uint16, proto hostpolicy.Protocol, method string) hostpolicy.Request {
+	r := hostpolicy.Request{Host: host, Port: port, Protocol: proto, Method: method, Client: conn.RemoteAddr().String()}
+	if conn.Attributed {
+		r.ExecutionID = conn.Exec.ID
+		r.SessionID = conn.Exec.SessionID
+		r.EnvironmentID = conn.Exec.EnvironmentID
+	}
+	return r
+}
+
+// stillAttributed reports whether an attributed connection's execution is
+// still active; ending an execution revokes its connections at once.
+func (c *Core) stillAttributed(conn *Conn) bool {
+	if !conn.Attributed || c.Executions == nil {
+		return true
+	}
+	_, ok := c.Executions.Get(conn.Exec.ID)
+	return ok
+}
+
+// decide runs the chain and reports the finished decision to the sinks.
+func (c *Core) decide(ctx context.Context, req hostpolicy.Request) hostpolicy.Decision {
+	start := time.Now()
+	d := c.Engine.Evaluate(ctx, req)
+	if d.Host == "" {
+		// Normalisation failed: report what the client asked for.
+		d.Host = strings.ToLower(req.Host)
+	}
+	if d.Port == 0 {
+		d.Port = req.Port
+	}
+	elapsed := time.Since(start)
+	if c.Sink != nil {
+		c.Sink.ObserveDecision(observe.DecisionEvent{Time: start, Request: req, Decision: d, Elapsed: elapsed})
+	}
+	if !d.Allowed() {
+		c.logger().Info("request blocked", "protocol", string(req.Protocol), "host", d.Host, "port", d.Port,
+			"reason", string(d.Reason), "source", string(d.Source), "decision", string(d.Verdict),
+			"client", req.Client, "execution_id", req.ExecutionID)
+	}
+	return d
+}
+
+// sameHost compares a host from a URL or header with a decision's
+// normalised host.
+func sameHost(a, b string) bool {
+	na, err := hostpolicy.Normalize(a)
+	if err != nil {
+		return false
+	}
+	nb, err := hostpolicy.Normalize(b)
+	if err != nil {
+		return false
+	}
+	return na == nb
+}
+
+// splitHostPort splits "host[:port]" (IPv6 in brackets) with a default port.
+func splitHostPort(hp string, def uint16) (string, uint16, bool) {
+	if hp == "" {
+		return "", 0, false
+	}
+	host, portStr, err := net.SplitHostPort(hp)
+	if err != nil {
+		// No port.
+		if strings.HasPrefix(hp, "[") && strings.HasSuffix(hp, "]") {
+			return hp[1 : len(hp)-1], def, hp != "[]"
+		}
+		if strings.Contains(hp, ":") && strings.Count(hp, ":") > 1 {
+			return hp, def, true // bare IPv6
+		}
+		if strings.Contains(hp, ":") {
+			return "", 0, false
+		}
+		return hp, def, true
+	}
+	if portStr == "" {
+		return host, def, host != ""
+	}
+	p, ok := parsePort(portStr)
+	if !ok {
+		return "", 0, false
+	}
+	return host, p, host != ""
+}
+
+func parsePort(s string) (uint16, bool) {
+	if s == "" || len(s) > 5 {
+		return 0, false
+	}
+	n := 0
+	for _, ch := range s {
+		if ch < '0' || ch > '9' {
+			return 0, false
+		}
+		n = n*10 + int(ch-'0')
+	}
+	if n < 1 || n > 65535 {
+		return 0, false
+	}
+	return uint16(n), true
+}

@@ -1,0 +1,424 @@
+// netproxy approvals page: loads the lists from the admin API with the
+// session cookie, keeps them live over /api/events, and posts decisions with
+// the CSRF token. Every value from the server is inserted as text, never HTML.
+"use strict";
+
+(function () {
+  const state = {
+    csrf: "",
+    pending: new Map(),   // id -> approval
+    executions: new Map(), // execution_id -> execution
+    blocked: [],          // newest first
+    decided: [],          // newest first
+    source: null,
+    authed: false,
+  };
+  const MAX_BLOCKED = 200;
+  const MAX_DECIDED = 30;
+  const DECISION_LABEL = {
+    allow_once: "allowed once", allow_session: "allowed for session", allow_always: "always allowed",
+    deny: "denied", deny_always: "always denied", timeout: "timed out", abort: "aborted",
+  };
+
+  const $ = (id) => document.getElementById(id);
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+
+  function parseTime(v) {
+    if (!v) return null;
+    const t = new Date(v);
+    return isNaN(t.getTime()) || t.getFullYear() < 2000 ? null : t;
+  }
+
+  function ago(t) {
+    if (!t) return "";
+    const s = Math.max(0, Math.round((Date.now() - t.getTime()) / 1000));
+    if (s < 5) return "just now";
+    if (s < 60) return s + "s ago";
+    const m = Math.floor(s / 60);
+    if (m < 60) return m + "m " + (s % 60) + "s ago";
+    const h = Math.floor(m / 60);
+    if (h < 24) return h + "h " + (m % 60) + "m ago";
+    return Math.floor(h / 24) + "d ago";
+  }
+
+  function setAge(node, t) {
+    node.dataset.ts = t ? String(t.getTime()) : "";
+    node.textContent = ago(t);
+    if (t) {
+      node.title = t.toLocaleString();
+      if (node.tagName === "TIME") node.dateTime = t.toISOString();
+    }
+  }
+
+  function refreshAges() {
+    document.querySelectorAll("[data-ts]").forEach((n) => {
+      if (n.dataset.ts) n.textContent = ago(new Date(Number(n.dataset.ts)));
+    });
+  }
+
+  function quoteArg(a) {
+    a = String(a);
+    return /^[A-Za-z0-9_@%+=:,./-]+$/.test(a) ? a : "'" + a.replace(/'/g, "'\\''") + "'";
+  }
+
+  function commandText(c) {
+    if (Array.isArray(c)) return c.map(quoteArg).join(" ");
+    return c ? String(c) : "";
+  }
+
+  function target(o) {
+    const host = o.host || "";
+    if (!host) return o.kind === "exec" ? "command approval" : "(unknown host)";
+    const h = host.indexOf(":") >= 0 ? "[" + host + "]" : host;
+    return o.port ? h + ":" + o.port : h;
+  }
+
+  function dash(v) { return v === undefined || v === null || v === "" ? "—" : String(v); }
+
+  // ---- API ----------------------------------------------------------------
+
+  class AuthError extends Error {}
+
+  async function api(path, opts) {
+    opts = opts || {};
+    const headers = { "Accept": "application/json" };
+    if (opts.body !== undefined) headers["Content-Type"] = "application/json";
+    if (opts.method && opts.method !== "GET") headers["X-CSRF-Token"] = state.csrf;
+    const resp = await fetch(path, {
+      method: opts.method || "GET",
+      headers: headers,
+      body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
+      credentials: "same-origin",
+      cache: "no-store",
+    });
+    if (resp.status === 401) throw new AuthError("signed out");
+    let data = null;
+    const text = await resp.text();
+    if (text) {
+      try { data = JSON.parse(text); } catch (e) { data = { error: text.slice(0, 200) }; }
+    }
+    if (!resp.ok) {
+      const msg = (data && (data.error || data.message)) || resp.statusText;
+      const err = new Error(resp.status + " " + msg);
+      err.status = resp.status;
+      throw err;
+    }
+    return data || {};
+  }
+
+  // ---- rendering ----------------------------------------------------------
+
+  function renderPending() {
+    const list = $("pending-list");
+    const items = Array.from(state.pending.values());
+    items.sort((a, b) => (timeOf(b) - timeOf(a)));
+    const wanted = new Set(items.map((a) => a.id));
+    Array.from(list.children).forEach((c) => { if (!wanted.has(c.dataset.id)) c.remove(); });
+    let prev = null;
+    for (const a of items) {
+      let card = list.querySelector('[data-id="' + CSS.escape(a.id) + '"]');
+      if (!card) card = buildCard(a);
+      if (prev ? prev.nextSibling !== card : list.firstChild !== card) {
+        list.insertBefore(card, prev ? prev.nextSibling : list.firstChild);
+      }
+      prev = card;
+    }
+    const n = items.length;
+    $("pending-empty").hidden = n > 0;
+    $("pending-count").textContent = n + " pending";
+    document.title = (n ? "(" + n + ") " : "") + "netproxy approvals";
+  }
+
+  function timeOf(a) {
+    const t = parseTime(a.created_at);
+    return t ? t.getTime() : 0;
+  }
+
+  function buildCard(a) {
+    const card = $("approval-tpl").content.firstElementChild.cloneNode(true);
+    card.dataset.id = a.id;
+    card.classList.add("new");
+    card.querySelector(".target").textContent = target(a);
+    card.querySelector(".proto").textContent = a.protocol || "—";
+    card.querySelector(".kind").textContent = a.kind || "network";
+    setAge(card.querySelector(".age"), parseTime(a.created_at));
+    card.querySelector(".f-command").textContent = dash(commandText(a.command));
+    card.querySelector(".f-cwd").textContent = dash(a.cwd);
+    card.querySelector(".f-session").textContent = dash(a.session_id);
+    card.querySelector(".f-env").textContent = dash(a.environment_id);
+    card.querySelector(".f-exec").textContent = dash(a.execution_id);
+    card.querySelector(".f-reason").textContent = dash(a.reason);
+    card.querySelectorAll("button[data-decision]").forEach((b) => {
+      b.addEventListener("click", () => decide(a.id, b.dataset.decision, card));
+    });
+    return card;
+  }
+
+  function renderExecutions() {
+    const ul = $("exec-list");
+    ul.replaceChildren();
+    const items = Array.from(state.executions.values());
+    items.sort((a, b) => ((parseTime(b.started_at) || 0) - (parseTime(a.started_at) || 0)));
+    for (const e of items) {
+      const li = el("li");
+      const l1 = el("div", "line1");
+      l1.append(el("span", "mono", commandText(e.command) || e.execution_id));
+      const age = el("span", "muted");
+      setAge(age, parseTime(e.started_at));
+      l1.append(age);
+      li.append(l1);
+      li.append(el("div", "sub", "session " + dash(e.session_id) + " · env " + dash(e.environment_id) +
+        (e.cwd ? " · " + e.cwd : "") + " · " + e.execution_id));
+      ul.append(li);
+    }
+    $("exec-empty").hidden = items.length > 0;
+    $("exec-count").textContent = items.length ? "(" + items.length + ")" : "";
+  }
+
+  function renderDecided() {
+    const ul = $("decided-list");
+    ul.replaceChildren();
+    for (const d of state.decided) {
+      const li = el("li");
+      const l1 = el("div", "line1");
+      const verdict = String(d.decision || "");
+      const allowed = verdict.indexOf("allow") === 0;
+      const left = el("span");
+      left.append(el("span", allowed ? "ok" : "no", DECISION_LABEL[verdict] || dash(verdict)), " ", el("span", "mono", target(d)));
+      l1.append(left);
+      const age = el("span", "muted");
+      setAge(age, parseTime(d.decided_at) || d._seen);
+      l1.append(age);
+      li.append(l1);
+      const who = d.reviewer ? "by " + d.reviewer : "";
+      const cmd = commandText(d.command);
+      if (who || cmd) li.append(el("div", "sub", [who, cmd].filter(Boolean).join(" · ")));
+      ul.append(li);
+    }
+    $("decided-empty").hidden = state.decided.length > 0;
+  }
+
+  function renderBlocked() {
+    const tb = $("blocked-body");
+    tb.replaceChildren();
+    for (const b of state.blocked) {
+      const tr = el("tr");
+      const when = el("td");
+      setAge(when, parseTime(b.ts));
+      tr.append(when, el("td", "mono", target(b)), el("td", "", dash(b.protocol)), el("td", "", dash(b.method)),
+        el("td", "", dash(b.reason)), el("td", "", dash(b.decision)), el("td", "", dash(b.source)),
+        el("td", "mono", [b.client, b.execution_id].filter(Boolean).join(" · ") || "—"));
+      tb.append(tr);
+    }
+    $("blocked-empty").hidden = state.blocked.length > 0;
+    $("blocked-table").hidden = state.blocked.length === 0;
+  }
+
+  function showBanner(msg) {
+    const b = $("banner");
+    b.textContent = msg || "";
+    b.hidden = !msg;
+  }
+
+  function setConn(text, cls) {
+    const c = $("conn");
+    c.textContent = text;
+    c.className = "pill " + cls;
+  }
+
+  // ---- actions ------------------------------------------------------------
+
+  async function decide(id, decision, card) {
+    const buttons = card.querySelectorAll("button[data-decision]");
+    const errNode = card.querySelector(".card-error");
+    buttons.forEach((b) => { b.disabled = true; });
+    errNode.hidden = true;
+    try {
+      await api("/api/approvals/" + encodeURIComponent(id) + "/decision", { method: "POST", body: { decision: decision } });
+      const a = state.pending.get(id);
+      if (a) noteDecided(Object.assign({}, a, { decision: decision, status: "decided" }));
+      state.pending.delete(id);
+      renderPending();
+    } catch (e) {
+      if (e instanceof AuthError) { signedOut(); return; }
+      if (e.status === 404 || e.status === 409) {
+        // Decided elsewhere (another page, the CLI, or a timeout).
+        state.pending.delete(id);
+        renderPending();
+        return;
+      }
+      errNode.textContent = "Could not record the decision: " + e.message;
+      errNode.hidden = false;
+      buttons.forEach((b) => { b.disabled = false; });
+    }
+  }
+
+  function noteDecided(a) {
+    if (!a || !a.id) return;
+    state.decided = state.decided.filter((d) => d.id !== a.id);
+    a._seen = new Date();
+    state.decided.unshift(a);
+    state.decided.length = Math.min(state.decided.length, MAX_DECIDED);
+    renderDecided();
+  }
+
+  // ---- loading and live updates -------------------------------------------
+
+  async function loadAll() {
+    const [p, b, x] = await Promise.all([
+      api("/api/approvals?status=pending"),
+      api("/api/blocked").catch((e) => { if (e instanceof AuthError) throw e; return { blocked: [] }; }),
+      api("/api/executions").catch((e) => { if (e instanceof AuthError) throw e; return { executions: [] }; }),
+    ]);
+    state.pending.clear();
+    for (const a of (p.approvals || [])) {
+      if (a && a.id && (!a.status || a.status === "pending")) state.pending.set(a.id, a);
+    }
+    state.blocked = (b.blocked || []).slice();
+    state.blocked.sort((x1, x2) => ((parseTime(x2.ts) || 0) - (parseTime(x1.ts) || 0)));
+    state.blocked.length = Math.min(state.blocked.length, MAX_BLOCKED);
+    state.executions.clear();
+    for (const e of (x.executions || [])) if (e && e.execution_id) state.executions.set(e.execution_id, e);
+    renderPending();
+    renderBlocked();
+    renderExecutions();
+    renderDecided();
+  }
+
+  function parseData(ev) {
+    try { return JSON.parse(ev.data); } catch (e) { return null; }
+  }
+
+  function connectEvents() {
+    if (state.source) state.source.close();
+    const es = new EventSource("/api/events");
+    state.source = es;
+    es.addEventListener("open", () => {
+      setConn("live", "pill-on");
+      // Reload on every (re)connect: events missed while away are not replayed.
+      loadAll().then(() => showBanner("")).catch(onLoadError);
+    });
+    es.addEventListener("error", () => {
+      if (es.readyState === EventSource.CLOSED) {
+        // The browser gave up (e.g. 401): check the session, then retry.
+        setConn("offline", "pill-bad");
+        setTimeout(() => { if (state.source === es) start(); }, 3000);
+      } else {
+        setConn("reconnecting…", "pill-off");
+      }
+    });
+    es.addEventListener("approval_created", (ev) => {
+      const a = parseData(ev);
+      if (!a || !a.id || (a.status && a.status !== "pending")) return;
+      state.pending.set(a.id, a);
+      renderPending();
+    });
+    es.addEventListener("approval_decided", (ev) => {
+      const a = parseData(ev);
+      if (!a || !a.id) return;
+      const known = state.pending.get(a.id);
+      state.pending.delete(a.id);
+      renderPending();
+      noteDecided(Object.assign({}, known || {}, a));
+    });
+    es.addEventListener("blocked", (ev) => {
+      const b = parseData(ev);
+      if (!b) return;
+      state.blocked.unshift(b);
+      state.blocked.length = Math.min(state.blocked.length, MAX_BLOCKED);
+      renderBlocked();
+    });
+    es.addEventListener("execution_started", (ev) => {
+      const e = parseData(ev);
+      if (!e || !e.execution_id) return;
+      state.executions.set(e.execution_id, e);
+      renderExecutions();
+    });
+    es.addEventListener("execution_ended", (ev) => {
+      const e = parseData(ev);
+      if (!e || !e.execution_id) return;
+      state.executions.delete(e.execution_id);
+      renderExecutions();
+    });
+  }
+
+  function onLoadError(e) {
+    if (e instanceof AuthError) { signedOut(); return; }
+    showBanner("Could not load the lists: " + e.message);
+  }
+
+  function signedOut() {
+    state.authed = false;
+    if (state.source) { state.source.close(); state.source = null; }
+    $("app").hidden = true;
+    $("logout").hidden = true;
+    $("login").hidden = false;
+    setConn("signed out", "pill-bad");
+    $("login-token").focus();
+  }
+
+  async function start() {
+    try {
+      const s = await api("/api/session");
+      state.csrf = s.csrf_token || "";
+      state.authed = true;
+      $("login").hidden = true;
+      $("app").hidden = false;
+      $("logout").hidden = false;
+      connectEvents();
+    } catch (e) {
+      if (e instanceof AuthError) { signedOut(); return; }
+      setConn("offline", "pill-bad");
+      $("login").hidden = true;
+      $("app").hidden = false;
+      showBanner("The admin API is not answering (" + e.message + "); retrying.");
+      setTimeout(start, 3000);
+    }
+  }
+
+  async function login(ev) {
+    ev.preventDefault();
+    const errNode = $("login-error");
+    errNode.hidden = true;
+    const token = $("login-token").value.trim();
+    if (!token) return;
+    try {
+      const resp = await fetch("/login", {
+        method: "POST",
+        headers: { "Content-Type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams({ token: token }).toString(),
+        credentials: "same-origin",
+        redirect: "manual",
+      });
+      // A successful login answers 303 to "/" (an opaque redirect here).
+      if (resp.type !== "opaqueredirect" && !resp.ok) {
+        errNode.textContent = resp.status === 401 ? "Token rejected. Check the token netproxy serve printed." : "Sign-in failed: " + resp.status;
+        errNode.hidden = false;
+        return;
+      }
+      $("login-token").value = "";
+      start();
+    } catch (e) {
+      errNode.textContent = "Sign-in failed: " + e.message;
+      errNode.hidden = false;
+    }
+  }
+
+  async function logout() {
+    try { await api("/logout", { method: "POST" }); } catch (e) { /* signed out either way */ }
+    signedOut();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    $("login-form").addEventListener("submit", login);
+    $("logout").addEventListener("click", logout);
+    setInterval(refreshAges, 5000);
+    start();
+  });
+})();

@@ -1,0 +1,283 @@
+package webui
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Decisions a reviewer can make (SPEC §5 step 7).
+var Decisions = []string{"allow_once", "allow_session", "allow_always", "deny", "deny_always"}
+
+// ValidDecision reports whether d is one of Decisions.
+func ValidDecision(d string) bool {
+	for _, v := range Decisions {
+		if d == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Approval is one entry of GET /api/approvals (SPEC §7.3). Command is kept
+// raw because a network approval carries the owner's argv and an exec
+// approval may carry a string.
+type Approval struct {
+	ID            string          `json:"id"`
+	Kind          string          `json:"kind"`
+	Status        string          `json:"status"`
+	SessionID     string          `json:"session_id"`
+	EnvironmentID string          `json:"environment_id"`
+	ExecutionID   string          `json:"execution_id"`
+	Command       json.RawMessage `json:"command,omitempty"`
+	Cwd           string          `json:"cwd"`
+	Host          string          `json:"host"`
+	Protocol      string          `json:"protocol"`
+	Port          int             `json:"port"`
+	Reason        string          `json:"reason"`
+	CreatedAt     string          `json:"created_at"`
+	DecidedAt     string          `json:"decided_at,omitempty"`
+	Decision      string          `json:"decision,omitempty"`
+	Reviewer      string          `json:"reviewer,omitempty"`
+}
+
+// CommandText renders Command for a terminal: an argv is joined with
+// shell quoting, a string is returned as is.
+func (a Approval) CommandText() string {
+	if len(a.Command) == 0 || string(a.Command) == "null" {
+		return ""
+	}
+	var argv []string
+	if json.Unmarshal(a.Command, &argv) == nil {
+		return ShellJoin(argv)
+	}
+	var s string
+	if json.Unmarshal(a.Command, &s) == nil {
+		return s
+	}
+	return string(a.Command)
+}
+
+// Target is "host:port" (IPv6 bracketed), or a description for an
+// approval without a host.
+func (a Approval) Target() string {
+	if a.Host == "" {
+		if a.Kind == "exec" {
+			return "command approval"
+		}
+		return "(unknown host)"
+	}
+	h := a.Host
+	if strings.Contains(h, ":") {
+		h = "[" + h + "]"
+	}
+	if a.Port == 0 {
+		return h
+	}
+	return fmt.Sprintf("%s:%d", h, a.Port)
+}
+
+// Created parses CreatedAt; the zero time when absent or malformed.
+func (a Approval) Created() time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, a.CreatedAt)
+	return t
+}
+
+// ShellJoin quotes argv for display the way a POSIX shell would read it.
+func ShellJoin(argv []string) string {
+	var b strings.Builder
+	for i, a := range argv {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-") == "" {
+			b.WriteString(a)
+			continue
+		}
+		b.WriteString("'" + strings.ReplaceAll(a, "'", `'\''`) + "'")
+	}
+	return b.String()
+}
+
+// ErrUnauthorized is returned when the admin API answers 401.
+var ErrUnauthorized = errors.New("admin token rejected")
+
+// UnreachableError wraps a transport failure reaching the admin API.
+type UnreachableError struct {
+	URL string
+	Err error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("cannot reach the admin API at %s: %v", e.URL, e.Err)
+}
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// StatusError is a non-2xx answer other than 401.
+type StatusError struct {
+	Status int
+	Msg    string
+}
+
+func (e *StatusError) Error() string {
+	if e.Msg == "" {
+		return fmt.Sprintf("admin API answered %d %s", e.Status, http.StatusText(e.Status))
+	}
+	return fmt.Sprintf("admin API answered %d: %s", e.Status, e.Msg)
+}
+
+// Client talks to the admin API with the bearer token.
+type Client struct {
+	Base  *url.URL
+	token string
+	http  *http.Client
+}
+
+// NewClient returns a client for the admin listener at base (e.g.
+// http://127.0.0.1:9091). hc nil takes a client with no overall timeout
+// (event streams are long-lived); pass contexts to bound calls.
+func NewClient(base, token string, hc *http.Client) (*Client, error) {
+	u, err := url.Parse(strings.TrimRight(base, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--admin %q: want a URL like http://127.0.0.1:9091", base)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("--admin %q: want scheme://host:port with no credentials, query or fragment", base)
+	}
+	if hc == nil {
+		hc = &http.Client{Transport: &http.Transport{Proxy: nil, DisableCompression: true}}
+	}
+	return &Client{Base: u, token: token, http: hc}, nil
+}
+
+func (c *Client) endpoint(path string) string {
+	u := *c.Base
+	p, q, _ := strings.Cut(path, "?")
+	u.Path = strings.TrimRight(u.Path, "/") + p
+	u.RawPath = ""
+	u.RawQuery = q
+	return u.String()
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body any, accept string) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.endpoint(path), rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", accept)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &UnreachableError{URL: c.Base.String(), Err: err}
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		resp.Body.Close()
+		return nil, ErrUnauthorized
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		var e struct {
+			Error   string `json:"error"`
+			Message string `json:"message"`
+		}
+		msg := strings.TrimSpace(string(raw))
+		if json.Unmarshal(raw, &e) == nil && (e.Error != "" || e.Message != "") {
+			msg = e.Error + e.Message
+		}
+		return nil, &StatusError{Status: resp.StatusCode, Msg: clip(msg, 300)}
+	}
+	return resp, nil
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// Approvals lists approvals; status "" lists whatever the server returns
+// by default, "pending" only the waiting ones.
+func (c *Client) Approvals(ctx context.Context, status string) ([]Approval, error) {
+	path := "/api/approvals"
+	if status != "" {
+		path += "?status=" + url.QueryEscape(status)
+	}
+	resp, err := c.do(ctx, http.MethodGet, path, nil, "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Approvals []Approval `json:"approvals"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 32<<20)).Decode(&out); err != nil {
+		return nil, fmt.Errorf("decoding GET %s: %w", path, err)
+	}
+	return out.Approvals, nil
+}
+
+// Approval finds one approval by id among the pending ones, then among all.
+func (c *Client) Approval(ctx context.Context, id string) (Approval, error) {
+	for _, status := range []string{"pending", ""} {
+		list, err := c.Approvals(ctx, status)
+		if err != nil {
+			return Approval{}, err
+		}
+		for _, a := range list {
+			if a.ID == id {
+				return a, nil
+			}
+		}
+	}
+	return Approval{}, &StatusError{Status: http.StatusNotFound, Msg: fmt.Sprintf("no approval with id %q (see `netproxy approvals list`)", id)}
+}
+
+// Decide posts a decision for approval id.
+func (c *Client) Decide(ctx context.Context, id, decision string) error {
+	if !ValidDecision(decision) {
+		return fmt.Errorf("unknown decision %q: want one of %s", decision, strings.Join(Decisions, ", "))
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/api/approvals/"+url.PathEscape(id)+"/decision", map[string]string{"decision": decision}, "application/json")
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	return resp.Body.Close()
+}
+
+// Events opens GET /api/events. The caller reads with the returned reader
+// and closes the body (or cancels ctx) when done.
+func (c *Client) Events(ctx context.Context) (*SSEReader, io.Closer, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/api/events", nil, "text/event-stream")
+	if err != nil {
+		return nil, nil, err
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		resp.Body.Close()
+		return nil, nil, fmt.Errorf("GET /api/events answered content-type %q, want text/event-stream", ct)
+	}
+	return NewSSEReader(resp.Body), resp.Body, nil
+}

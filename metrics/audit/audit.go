@@ -1,0 +1,454 @@
+// Package audit owns netproxy's audit log (SPEC §7.5): JSON Lines, one line
+// per network decision (`network_decision`), per resolved approval
+// (`approval_resolved`) and per exec decision (`exec_decision`), every line
+// with the same fixed set of keys.
+//
+// Records are handed to a single writer goroutine through a bounded buffer so
+// the data path never waits for the disk. When the buffer is full the record
+// is dropped, counted (the drop callback, wired to
+// netproxy_audit_dropped_total) and reported in the log by the writer
+// goroutine — never silently, never by blocking the request.
+//
+// It must never write a token, a query string or a header value: hosts are
+// the normalised host (a raw host is cut to its host part), methods are
+// checked to be a bare HTTP token, and no request URL or header is accepted.
+package audit
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/netproxy/netproxy/internal/observe"
+)
+
+// DefaultBufferSize is the number of records the buffer holds when the
+// configuration gives none (`audit.buffer_size`).
+const DefaultBufferSize = 4096
+
+// flushInterval bounds how long a written record may sit in the user-space
+// buffer when records keep arriving (the writer also flushes whenever the
+// queue runs empty).
+const flushInterval = time.Second
+
+// Event names of SPEC §7.5.
+const (
+	EventNetworkDecision  = "network_decision"
+	EventApprovalResolved = "approval_resolved"
+	EventExecDecision     = "exec_decision"
+)
+
+// Record is one audit line. Every key is always written (empty string or 0
+// when not applicable) so the file has one fixed schema.
+type Record struct {
+	Time          time.Time `json:"-"` // written as ts by the writer goroutine
+	TS            string    `json:"ts"`
+	Event         string    `json:"event"`
+	Decision      string    `json:"decision"`
+	Reason        string    `json:"reason"`
+	Source        string    `json:"source"`
+	Protocol      string    `json:"protocol"`
+	Host          string    `json:"host"`
+	Port          uint16    `json:"port"`
+	Method        string    `json:"method"`
+	Client        string    `json:"client"`
+	SessionID     string    `json:"session_id"`
+	EnvironmentID string    `json:"environment_id"`
+	ExecutionID   string    `json:"execution_id"`
+	Pattern       string    `json:"pattern"`
+	Override      string    `json:"override"`
+	ApprovalID    string    `json:"approval_id"`
+	Reviewer      string    `json:"reviewer"`
+	Outcome       string    `json:"outcome"`
+	Rationale     string    `json:"rationale"`
+}
+
+// ApprovalEvent describes one resolved approval (network or exec).
+type ApprovalEvent struct {
+	Time          time.Time
+	ApprovalID    string
+	Kind          string // "network" | "exec"; written as the line's source
+	Decision      string // effective decision: "allow" | "deny"
+	Reason        string
+	Host          string // network approvals: the normalised host
+	Port          uint16
+	Protocol      string
+	SessionID     string
+	EnvironmentID string
+	ExecutionID   string
+	Reviewer      string // "user" | "guardian" | "hook" | ...
+	Outcome       string // allow_once | allow_session | allow_always | deny | deny_always | abort | timeout | error
+	Rationale     string
+}
+
+// ExecEvent describes one exec-policy decision reported by execwrap.
+type ExecEvent struct {
+	Time          time.Time
+	Requirement   string // "skip" | "needs_approval" | "forbidden"
+	Reason        string
+	Source        string // "prefix" | "heuristics" | ...
+	SessionID     string
+	EnvironmentID string
+	ExecutionID   string
+	ApprovalID    string
+	Reviewer      string
+	Outcome       string
+	Rationale     string
+}
+
+// Option configures a Writer.
+type Option func(*Writer)
+
+// WithDropCounter sets the callback called once per dropped record (from the
+// caller's goroutine; it must be cheap and non-blocking — a counter Inc).
+func WithDropCounter(f func()) Option { return func(w *Writer) { w.onDrop = f } }
+
+// Writer is the audit log. It implements observe.DecisionSink. Create it
+// with Open; stop it with Close.
+type Writer struct {
+	path   string
+	logger *slog.Logger
+	onDrop func()
+
+	// mu guards closed and the send into queue, so Close never races a send
+	// on a closed channel; the data path only takes the read lock.
+	mu     sync.RWMutex
+	closed bool
+	queue  chan Record
+
+	reopen  chan chan error // reopen requests for the writer goroutine
+	stop    chan struct{}   // closed by Close: drain, flush, sync, exit
+	stopped sync.Once
+	result  error         // the final flush/sync/close error, set before done
+	done    chan struct{} // closed when the writer goroutine has exited
+
+	dropped      atomic.Uint64 // total drops, for tests and Dropped()
+	droppedSince atomic.Uint64 // drops not yet reported in the log
+}
+
+// Open opens (creating, mode 0600, with its folder) the audit file at path in
+// append mode and starts the writer. bufSize ≤ 0 means DefaultBufferSize.
+// logger receives write errors and drop reports (nil: slog.Default is NOT
+// used — pass one; a nil logger discards).
+func Open(path string, bufSize int, logger *slog.Logger, opts ...Option) (*Writer, error) {
+	if path == "" {
+		return nil, errors.New("audit: empty path (set [audit] path in the config)")
+	}
+	if bufSize <= 0 {
+		bufSize = DefaultBufferSize
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	f, err := openFile(path)
+	if err != nil {
+		return nil, err
+	}
+	w := &Writer{
+		path:   path,
+		logger: logger,
+		queue:  make(chan Record, bufSize),
+		reopen: make(chan chan error),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(w)
+	}
+	go w.run(f)
+	return w, nil
+}
+
+func openFile(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("audit: create folder of %s ([audit] path): %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("audit: open %s ([audit] path): %w", path, err)
+	}
+	return f, nil
+}
+
+// Path returns the audit file's path.
+func (w *Writer) Path() string { return w.path }
+
+// Dropped returns how many records were dropped so far.
+func (w *Writer) Dropped() uint64 {
+	if w == nil {
+		return 0
+	}
+	return w.dropped.Load()
+}
+
+// ObserveDecision queues one network_decision line. It never blocks.
+func (w *Writer) ObserveDecision(e observe.DecisionEvent) {
+	if w == nil {
+		return
+	}
+	r, d := e.Request, e.Decision
+	host := d.Host
+	if host == "" {
+		host = SanitizeHost(r.Host)
+	}
+	port := d.Port
+	if port == 0 {
+		port = r.Port
+	}
+	w.enqueue(Record{
+		Time:          e.Time,
+		Event:         EventNetworkDecision,
+		Decision:      string(d.Verdict),
+		Reason:        string(d.Reason),
+		Source:        string(d.Source),
+		Protocol:      string(r.Protocol),
+		Host:          host,
+		Port:          port,
+		Method:        SanitizeMethod(r.Method),
+		Client:        r.Client,
+		SessionID:     r.SessionID,
+		EnvironmentID: r.EnvironmentID,
+		ExecutionID:   r.ExecutionID,
+		Pattern:       d.Pattern,
+		Override:      d.Override,
+		ApprovalID:    d.ApprovalID,
+		Rationale:     d.Rationale,
+	})
+}
+
+// ApprovalResolved queues one approval_resolved line. It never blocks.
+func (w *Writer) ApprovalResolved(a ApprovalEvent) {
+	if w == nil {
+		return
+	}
+	w.enqueue(Record{
+		Time:          a.Time,
+		Event:         EventApprovalResolved,
+		Decision:      a.Decision,
+		Reason:        a.Reason,
+		Source:        a.Kind,
+		Protocol:      a.Protocol,
+		Host:          SanitizeHost(a.Host),
+		Port:          a.Port,
+		SessionID:     a.SessionID,
+		EnvironmentID: a.EnvironmentID,
+		ExecutionID:   a.ExecutionID,
+		ApprovalID:    a.ApprovalID,
+		Reviewer:      a.Reviewer,
+		Outcome:       a.Outcome,
+		Rationale:     a.Rationale,
+	})
+}
+
+// ExecDecision queues one exec_decision line. It never blocks.
+func (w *Writer) ExecDecision(x ExecEvent) {
+	if w == nil {
+		return
+	}
+	w.enqueue(Record{
+		Time:          x.Time,
+		Event:         EventExecDecision,
+		Decision:      x.Requirement,
+		Reason:        x.Reason,
+		Source:        x.Source,
+		SessionID:     x.SessionID,
+		EnvironmentID: x.EnvironmentID,
+		ExecutionID:   x.ExecutionID,
+		ApprovalID:    x.ApprovalID,
+		Reviewer:      x.Reviewer,
+		Outcome:       x.Outcome,
+		Rationale:     x.Rationale,
+	})
+}
+
+func (w *Writer) enqueue(r Record) {
+	w.mu.RLock()
+	if !w.closed {
+		select {
+		case w.queue <- r:
+			w.mu.RUnlock()
+			return
+		default:
+		}
+	}
+	w.mu.RUnlock()
+	w.drop()
+}
+
+func (w *Writer) drop() {
+	w.dropped.Add(1)
+	w.droppedSince.Add(1)
+	if w.onDrop != nil {
+		w.onDrop()
+	}
+}
+
+// Reopen closes and reopens the audit file at the same path (log rotation:
+// rename the file, then send SIGHUP). Records queued meanwhile are written to
+// the new file.
+func (w *Writer) Reopen() error {
+	if w == nil {
+		return nil
+	}
+	reply := make(chan error, 1)
+	select {
+	case w.reopen <- reply:
+	case <-w.done:
+		return errors.New("audit: reopen after close")
+	}
+	return <-reply
+}
+
+// Close stops accepting records (later ones are counted as dropped), writes
+// every queued record, flushes and fsyncs the file and closes it. ctx bounds
+// the wait; on expiry ctx's error is returned and the writer finishes in the
+// background.
+func (w *Writer) Close(ctx context.Context) error {
+	if w == nil {
+		return nil
+	}
+	w.stopped.Do(func() {
+		w.mu.Lock()
+		w.closed = true
+		w.mu.Unlock()
+		close(w.stop)
+	})
+	select {
+	case <-w.done:
+		return w.result
+	case <-ctx.Done():
+		return fmt.Errorf("audit: close %s: %w", w.path, ctx.Err())
+	}
+}
+
+// run is the writer goroutine: the only one touching the file.
+func (w *Writer) run(f *os.File) {
+	defer close(w.done)
+	bw := bufio.NewWriterSize(f, 64<<10)
+	line := make([]byte, 0, 1024)
+	ticker := time.NewTicker(flushInterval)
+	defer ticker.Stop()
+	var writeErrs uint64 // consecutive failures, to log once per burst
+
+	write := func(r Record) {
+		line = AppendRecord(line[:0], r)
+		if _, err := bw.Write(line); err != nil {
+			w.dropped.Add(1) // the record is lost: count it like a drop
+			if w.onDrop != nil {
+				w.onDrop()
+			}
+			if writeErrs == 0 {
+				w.logger.Error("audit write failed; records are being lost", "path", w.path, "err", err)
+			}
+			writeErrs++
+			return
+		}
+		writeErrs = 0
+	}
+	flush := func() {
+		if err := bw.Flush(); err != nil {
+			w.logger.Error("audit flush failed", "path", w.path, "err", err)
+			bw.Reset(f) // drop the unwritable bytes rather than retry forever
+		}
+	}
+	reportDrops := func() {
+		if n := w.droppedSince.Swap(0); n > 0 {
+			w.logger.Warn("audit buffer full: records dropped", "dropped", n, "path", w.path, "buffer_size", cap(w.queue))
+		}
+	}
+	drain := func() {
+		for {
+			select {
+			case r := <-w.queue:
+				write(r)
+			default:
+				return
+			}
+		}
+	}
+
+	for {
+		select {
+		case r := <-w.queue:
+			write(r)
+			if len(w.queue) == 0 {
+				flush()
+			}
+		case <-ticker.C:
+			flush()
+			reportDrops()
+		case <-w.stop:
+			// closed is set, so nothing enters the queue any more.
+			drain()
+			flush()
+			reportDrops()
+			err := f.Sync()
+			if errors.Is(err, syscall.EINVAL) {
+				err = nil // pipes and character devices cannot be synced
+			}
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				w.result = fmt.Errorf("audit: sync/close %s: %w", w.path, err)
+			}
+			return
+		case reply := <-w.reopen:
+			drain()
+			flush()
+			nf, err := openFile(w.path)
+			if err != nil {
+				// Keep writing to the old file rather than lose records.
+				w.logger.Error("audit reopen failed; still writing to the previous file", "path", w.path, "err", err)
+				reply <- err
+				continue
+			}
+			_ = f.Sync()
+			_ = f.Close()
+			f = nf
+			bw.Reset(f)
+			reply <- nil
+		}
+	}
+}
+
+// SanitizeHost reduces a raw host string to something that can carry no
+// query string, path, credential or header: the part after any userinfo '@'
+// and before the first '/', '?', '#' or whitespace, lower-cased, at most 253
+// bytes.
+func SanitizeHost(raw string) string {
+	if i := strings.LastIndexByte(raw, '@'); i >= 0 {
+		raw = raw[i+1:]
+	}
+	if i := strings.IndexAny(raw, "/?#\\ \t\r\n"); i >= 0 {
+		raw = raw[:i]
+	}
+	if len(raw) > 253 {
+		raw = raw[:253]
+	}
+	return strings.ToLower(raw)
+}
+
+// SanitizeMethod returns m when it is a plausible HTTP method token (A-Z,
+// at most 16 bytes), else "" — nothing else of a request may enter the audit.
+func SanitizeMethod(m string) string {
+	if len(m) == 0 || len(m) > 16 {
+		return ""
+	}
+	for i := 0; i < len(m); i++ {
+		c := m[i]
+		if (c < 'A' || c > 'Z') && c != '-' && c != '_' {
+			return ""
+		}
+	}
+	return m
+}

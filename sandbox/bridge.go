@@ -1,0 +1,119 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// bridge relays connections accepted on in-sandbox (or, in the landlock
+// tier, per-execution host) listeners to netproxy, writing the attribution
+// frame before any byte of the client.
+type bridge struct {
+	target *ProxyTarget
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	lns    []net.Listener
+	conns  map[net.Conn]struct{}
+}
+
+func newBridge(t *ProxyTarget) *bridge {
+	return &bridge{target: t, conns: map[net.Conn]struct{}{}}
+}
+
+// serve accepts on l until it is closed and relays each connection to
+// upstream (a netproxy listener address).
+func (b *bridge) serve(ctx context.Context, l net.Listener, upstream string) {
+	b.mu.Lock()
+	b.lns = append(b.lns, l)
+	b.mu.Unlock()
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					continue
+				}
+				time.Sleep(5 * time.Millisecond) // e.g. EMFILE: back off, keep serving
+				continue
+			}
+			b.wg.Add(1)
+			go func() {
+				defer b.wg.Done()
+				b.relay(ctx, c, upstream)
+			}()
+		}
+	}()
+}
+
+func (b *bridge) track(c net.Conn, on bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if on {
+		b.conns[c] = struct{}{}
+	} else {
+		delete(b.conns, c)
+	}
+}
+
+func (b *bridge) relay(ctx context.Context, client net.Conn, upstream string) {
+	defer client.Close()
+	b.track(client, true)
+	defer b.track(client, false)
+	dial := b.target.Dial
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	up, err := dial(dctx, "tcp", upstream)
+	cancel()
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	b.track(up, true)
+	defer b.track(up, false)
+	// Never forward unattributed bytes: the frame goes first or nothing does.
+	_ = up.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if b.target.WriteFrame == nil || b.target.WriteFrame(up, b.target.Token) != nil {
+		return
+	}
+	_ = up.SetWriteDeadline(time.Time{})
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			_ = dst.Close()
+		}
+		done <- struct{}{}
+	}
+	go pipe(up, client)
+	go pipe(client, up)
+	<-done
+	<-done
+}
+
+// close stops accepting, tears down live relays and waits for them.
+func (b *bridge) close() {
+	b.mu.Lock()
+	for _, l := range b.lns {
+		_ = l.Close()
+	}
+	for c := range b.conns {
+		_ = c.Close()
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+}
