@@ -60,6 +60,10 @@ func (c *ControlServer) SetApprovals(h http.Handler) {
 	c.mu.Unlock()
 }
 
+// Handle adds a route served by another part (e.g. POST /v1/exec-decisions
+// from metrics). Call before Serve.
+func (c *ControlServer) Handle(pattern string, h http.Handler) { c.mux.Handle(pattern, h) }
+
 // Handler returns the API's routes (for tests and embedding).
 func (c *ControlServer) Handler() http.Handler { return c.mux }
 

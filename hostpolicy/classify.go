@@ -11,10 +11,14 @@ var nonPublicV4 = mustPrefixes(
 	"198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
 )
 
-// nonPublicV6 are the IPv6 ranges of SPEC §3.3 judged as a whole.
+// nonPublicV6 are the IPv6 ranges of SPEC §3.3 judged as a whole, plus the
+// IANA special-purpose blocks that mirror IPv4 ranges SPEC already blocks
+// (discard-only 100::/64, benchmarking 2001:2::/48, documentation 3fff::/20):
+// the classifier is the security boundary, so it errs on the closed side.
 var nonPublicV6 = mustPrefixes(
 	"::/128", "::1/128", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
 	"2001:db8::/32", "64:ff9b:1::/48",
+	"100::/64", "2001:2::/48", "3fff::/20",
 )
 
 var (
@@ -23,6 +27,8 @@ var (
 	sixToFour    = netip.MustParsePrefix("2002::/16")     // 6to4: bits 16–47
 	teredo       = netip.MustParsePrefix("2001::/32")     // Teredo: client = ^last 32 bits
 	mappedPrefix = netip.MustParsePrefix("::ffff:0:0/96") // ::ffff:a.b.c.d
+	// SIIT "IPv4-translated" ::ffff:0:a.b.c.d (RFC 2765) — beyond SPEC, same idea.
+	translatedPrefix = netip.MustParsePrefix("::ffff:0:0:0/96")
 )
 
 func mustPrefixes(ss ...string) []netip.Prefix {
@@ -62,7 +68,8 @@ func IsNonPublic(a netip.Addr) bool {
 
 // EmbeddedIPv4 returns the IPv4 address an IPv6 address carries in one of the
 // transition forms of SPEC §3.3: mapped, compatible, NAT64 (64:ff9b::/96),
-// 6to4 (2002::/16) and Teredo (2001::/32, client address bit-inverted).
+// 6to4 (2002::/16) and Teredo (2001::/32, client address bit-inverted), and
+// the SIIT-translated form ::ffff:0:a.b.c.d.
 func EmbeddedIPv4(a netip.Addr) (netip.Addr, bool) {
 	if !a.Is6() {
 		return netip.Addr{}, false
@@ -71,7 +78,7 @@ func EmbeddedIPv4(a netip.Addr) (netip.Addr, bool) {
 	b := a.As16()
 	last := [4]byte{b[12], b[13], b[14], b[15]}
 	switch {
-	case mappedPrefix.Contains(a), compatPrefix.Contains(a), nat64Prefix.Contains(a):
+	case mappedPrefix.Contains(a), compatPrefix.Contains(a), nat64Prefix.Contains(a), translatedPrefix.Contains(a):
 		return netip.AddrFrom4(last), true
 	case sixToFour.Contains(a):
 		return netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}), true

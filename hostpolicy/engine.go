@@ -164,7 +164,9 @@ func (e *Engine) mergeDecider(mode string, req Request, base, out Decision) Deci
 }
 
 func (e *Engine) hostDecision(ctx context.Context, p *Policy, req Request) Decision {
-	d := Decision{Verdict: Deny, Source: SourceBaseline, Port: req.Port}
+	// Room for every step (normalize/deny, local_guard, allow, mode, decider)
+	// so the chain allocates its trace once.
+	d := Decision{Verdict: Deny, Source: SourceBaseline, Port: req.Port, Steps: make([]Step, 0, 5)}
 	host, err := Normalize(req.Host)
 	if err != nil || host == "" {
 		d.Reason = ReasonNotAllowed

@@ -86,6 +86,18 @@ var (
 	execSourceValues  = set("prefix", "heuristics", "rules", "user", "guardian", "hook", "policy", "cache")
 )
 
+// commonDecisions are the (decision, reason, source) triples of SPEC §3.4–3.8
+// pre-created for every protocol.
+var commonDecisions = [][3]string{
+	{"allow", NoneLabel, "baseline_policy"},
+	{"allow", NoneLabel, "decider"},
+	{"deny", "denied", "baseline_policy"},
+	{"deny", "not_allowed", "baseline_policy"},
+	{"deny", "not_allowed_local", "baseline_policy"},
+	{"deny", "not_allowed", "decider"},
+	{"ask", "not_allowed", "decider"},
+}
+
 // New builds the metrics on a fresh registry. maxHostLabels bounds the number
 // of distinct host label values of netproxy_denied_hosts_total (≤ 0 means
 // DefaultMaxHostLabels).
@@ -189,9 +201,31 @@ func New(maxHostLabels int) *Metrics {
 	return m
 }
 
-// initSeries creates the zero-valued series dashboards and alerts rely on,
-// so that rate() and absent-vs-zero behave from the first scrape.
+// initSeries creates the zero-valued series dashboards and alerts rely on.
+// A counter series that first appears with value N hides those N events from
+// increase()/rate() (Prometheus cannot know it started at 0), so the label
+// combinations a running proxy commonly produces exist from the first scrape.
 func (m *Metrics) initSeries() {
+	for p := range protocolValues {
+		for _, c := range commonDecisions {
+			m.requests.WithLabelValues(p, c[0], c[1], c[2])
+		}
+		for d := range directionValues {
+			m.bytes.WithLabelValues(d, p)
+		}
+	}
+	for _, kind := range []string{"network", "exec"} {
+		for _, reviewer := range []string{"user", "guardian"} {
+			for _, outcome := range []string{"allow_once", "allow_session", "allow_always", "deny", "deny_always", "timeout"} {
+				m.approvals.WithLabelValues(kind, reviewer, outcome)
+			}
+		}
+	}
+	for r := range requirementValues {
+		for _, src := range []string{"prefix", "heuristics"} {
+			m.execDecisions.WithLabelValues(r, src)
+		}
+	}
 	for v := range listenerValues {
 		m.connsActive.WithLabelValues(v)
 		m.connsTotal.WithLabelValues(v)

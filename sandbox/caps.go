@@ -10,9 +10,9 @@ import (
 // capState is the credential part of /proc/thread-self/status.
 type capState struct {
 	Inh, Prm, Eff, Bnd, Amb uint64
-	NoNewPrivs             bool
-	Seccomp                int
-	seen                   int
+	NoNewPrivs              bool
+	Seccomp                 int
+	seen                    int
 }
 
 // parseCapStatus reads the Cap*, NoNewPrivs and Seccomp lines of a

@@ -228,7 +228,19 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	} else {
 		cmd.SysProcAttr.Setpgid = true
 	}
-	if err := cmd.Start(); err != nil {
+	restoreDumpable := func() {}
+	if tier == TierNamespaces && os.Geteuid() != 0 {
+		// Go writes the child's uid_map from this process; a non-dumpable
+		// unprivileged process cannot open /proc/<child>/uid_map (its
+		// /proc files belong to root). Allow it for the clone only.
+		if d, derr := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); derr == nil && d == 0 {
+			_ = unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0)
+			restoreDumpable = func() { _ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) }
+		}
+	}
+	err = cmd.Start()
+	restoreDumpable()
+	if err != nil {
 		childEnd.Close()
 		if tier == TierNamespaces && isUsernsStartError(err) {
 			return res, &usernsError{err: errors.Unwrap(err)}
@@ -277,6 +289,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		gotLn     int
 	)
 	ctxDone := ctx.Done()
+	stop := s.Stop
 	for msgs != nil || !waited {
 		select {
 		case r, ok := <-msgs:
@@ -324,6 +337,10 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 				failure = ctx.Err()
 			}
 			kill()
+		case <-stop:
+			stop = nil
+			res.Stopped = true
+			kill()
 		case sig := <-s.Signals:
 			// The init has handlers, so a signal from this (ancestor)
 			// namespace reaches it; it forwards to the command.
@@ -338,6 +355,8 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		return res, failure
 	case res.TimedOut:
 		res.ExitCode, res.Signal = TimeoutExitCode, "SIGKILL"
+	case res.Stopped:
+		res.ExitCode, res.Signal = 128+int(unix.SIGKILL), "SIGKILL"
 	case exited != nil:
 		res.ExitCode, res.Signal = exited.Code, exited.Signal
 	default:
@@ -494,6 +513,7 @@ func runUnsandboxed(ctx context.Context, s Spec) (Result, error) {
 	}
 	var waitErr error
 	ctxDone := ctx.Done()
+	stop := s.Stop
 loop:
 	for {
 		select {
@@ -505,6 +525,10 @@ loop:
 			kill()
 		case <-ctxDone:
 			ctxDone = nil
+			kill()
+		case <-stop:
+			stop = nil
+			res.Stopped = true
 			kill()
 		case sig := <-s.Signals:
 			if group {

@@ -112,6 +112,9 @@ type Spec struct {
 	InitArgs []string
 	// Signals, when non-nil, receives signals to forward to the command.
 	Signals <-chan Signal
+	// Stop, when it closes, kills the command (e.g. netproxy reported
+	// denied_by_user); the Result then has Stopped set.
+	Stop <-chan struct{}
 }
 
 // TierChoice is what the caller asks for: TierAuto, or one exact tier.
@@ -125,6 +128,7 @@ type Result struct {
 	ExitCode    int
 	Signal      string // e.g. "SIGKILL" when the command died by a signal
 	TimedOut    bool
+	Stopped     bool // killed because Spec.Stop closed
 	Tier        Tier
 	Duration    time.Duration
 	LandlockABI int

@@ -1,23 +1,210 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/netproxy/netproxy/sandbox"
+	"github.com/netproxy/netproxy/sandbox/netctl"
+	"github.com/netproxy/netproxy/sandbox/orchestrator"
 )
 
-// TODO(owner): replace with the real implementation.
+// Exit codes of `execwrap run` that are not the command's own (documented
+// in docs/sandbox.md).
+const (
+	exitUsage         = 2
+	exitForbidden     = 10
+	exitNotApproved   = 11
+	exitSandboxFailed = 125
+)
+
+// runOptions are the run-only flags (the check flags come from the shared
+// parser).
+type runOptions struct {
+	network       string
+	control       string
+	session       string
+	envID         string
+	turnID        string
+	timeout       time.Duration
+	json          bool
+	writableRoots []string
+	tier          string
+	maxOutput     int
+}
+
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// runRun implements `execwrap run` (SPEC §6.4, §7.6).
 func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "execwrap run: not implemented yet")
-	return 2
+	inv, ro, err := parseRunFlags(args, stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "execwrap run: %v\n", err)
+		return exitUsage
+	}
+	// The token will live in this process: keep same-uid processes out of
+	// its memory and /proc entries.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	fwd := make(chan sandbox.Signal, 8)
+	go func() {
+		for s := range sigs {
+			select {
+			case fwd <- sandbox.Signal(s.(syscall.Signal)):
+			default:
+			}
+		}
+	}()
+
+	r := &runner{inv: inv, opts: ro, stdin: stdin, stdout: stdout, stderr: stderr, signals: fwd,
+		client: netctl.New(ro.control)}
+	return r.run(ctx)
 }
 
-// TODO(owner): replace with the real implementation.
-func runDoctor(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "execwrap doctor: not implemented yet")
-	return 2
+// invocation is the command as execcore sees it plus the sandbox flags.
+type invocation struct {
+	HandlerArgv        []string
+	Cwd                string
+	ApprovalIdentity   []string
+	Requirement        orchestrator.Requirement
+	RequirementJSON    json.RawMessage // execcore's requirement object, verbatim
+	Policy             orchestrator.Policy
+	Kind               sandbox.Kind
+	SandboxPermissions string
+	Justification      string
+	Env                []string
+	TimeoutMS          uint64 // a tool call's timeout_ms
 }
 
-// runSandboxInit is the re-executed init inside the sandbox namespaces.
-func runSandboxInit(args []string) int { return sandbox.InitMain() }
+func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, error) {
+	var ro runOptions
+	fs := flag.NewFlagSet("execwrap run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cf := registerCheckFlags(fs)
+	fs.StringVar(&ro.network, "network", "", "proxied | none | host")
+	fs.StringVar(&ro.control, "control", "", "netproxy control socket")
+	fs.StringVar(&ro.session, "session", "default", "session id")
+	fs.StringVar(&ro.envID, "env-id", "default", "environment id")
+	fs.StringVar(&ro.turnID, "turn-id", "", "turn id")
+	fs.DurationVar(&ro.timeout, "timeout", 0, "kill the command after this long")
+	fs.Var((*stringList)(&ro.writableRoots), "writable-root", "extra writable root (repeatable)")
+	fs.StringVar(&ro.tier, "tier", "auto", "auto | namespaces | landlock")
+	fs.IntVar(&ro.maxOutput, "max-output", 1<<20, "bytes of stdout and of stderr kept in the result")
+	if err := fs.Parse(args); err != nil {
+		return nil, ro, err
+	}
+	cf.Argv = fs.Args()
+	ro.json = cf.JSON
+	if ro.control == "" {
+		ro.control = netctl.DefaultSocket()
+	}
+	if ro.maxOutput < 0 {
+		return nil, ro, errors.New("--max-output must be >= 0")
+	}
+	if ro.timeout < 0 {
+		return nil, ro, errors.New("--timeout must be >= 0")
+	}
+	switch sandbox.Tier(ro.tier) {
+	case sandbox.TierAuto, sandbox.TierNamespaces, sandbox.TierLandlock:
+	default:
+		return nil, ro, fmt.Errorf("--tier %q: want auto, namespaces or landlock", ro.tier)
+	}
+	for i, w := range ro.writableRoots {
+		a, err := filepath.Abs(w)
+		if err != nil {
+			return nil, ro, fmt.Errorf("--writable-root %q: %v", w, err)
+		}
+		ro.writableRoots[i] = a
+	}
+	inv, err := evaluateInvocation(cf, ro, stdin)
+	if err != nil {
+		return nil, ro, err
+	}
+	if ro.timeout == 0 && inv.TimeoutMS > 0 {
+		ro.timeout = time.Duration(inv.TimeoutMS) * time.Millisecond
+	}
+	if ro.network == "" {
+		ro.network = string(sandbox.NetworkProxied)
+		if !inv.Kind.Confining() {
+			ro.network = string(sandbox.NetworkHost)
+		}
+	}
+	if _, err := sandbox.ParseNetworkMode(ro.network); err != nil {
+		return nil, ro, err
+	}
+	if ro.network == string(sandbox.NetworkHost) && inv.Kind.Confining() {
+		return nil, ro, fmt.Errorf("--network host needs --sandbox danger-full-access or external (got %s)", inv.Kind)
+	}
+	if ro.network == string(sandbox.NetworkNone) && !inv.Kind.Confining() {
+		return nil, ro, fmt.Errorf("--network none needs --sandbox read-only or workspace-write (got %s)", inv.Kind)
+	}
+	return inv, ro, nil
+}
+
+// runner carries one `execwrap run` through the orchestrator.
+type runner struct {
+	inv            *invocation
+	opts           runOptions
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	signals        chan sandbox.Signal
+	client         *netctl.Client
+}
+
+func (r *runner) run(ctx context.Context) int {
+	start := time.Now()
+	plan := orchestrator.Plan{
+		Requirement:        r.inv.Requirement,
+		Policy:             r.inv.Policy,
+		SandboxPermissions: r.inv.SandboxPermissions,
+		Confining:          r.inv.Kind.Confining(),
+		Approver:           r.approver(),
+		Attempt:            r.attempt,
+	}
+	out, err := orchestrator.Run(ctx, plan)
+	res := r.buildResult(out, time.Since(start))
+	code := res.ExitCode
+	if err != nil {
+		fmt.Fprintf(r.stderr, "execwrap run: %v\n", err)
+		code = exitSandboxFailed
+		res.ExitCode = code
+		res.Error = err.Error()
+	} else if out.Rejected != "" {
+		fmt.Fprintf(r.stderr, "execwrap run: %s\n", out.Rejected)
+		code = exitNotApproved
+		if out.RejectedBy == "forbidden" {
+			code = exitForbidden
+		}
+		res.ExitCode = code
+	} else if out.Denied && out.Final != nil && !r.opts.json {
+		fmt.Fprintf(r.stderr, "execwrap run: the sandbox likely blocked this command (%s)\n", strings.Join(out.Evidence, ", "))
+	}
+	if r.opts.json {
+		enc := json.NewEncoder(r.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return exitSandboxFailed
+		}
+	}
+	return code
+}

@@ -1,12 +1,147 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/netproxy/netproxy/internal/config"
+	"github.com/netproxy/netproxy/internal/logging"
+	"github.com/netproxy/netproxy/internal/observe"
+	"github.com/netproxy/netproxy/internal/server"
+	"github.com/netproxy/netproxy/metrics"
+	"github.com/netproxy/netproxy/metrics/audit"
 )
 
-// TODO(owner): replace with the real implementation.
+// shutdownGrace bounds how long SIGTERM/SIGINT waits for requests and
+// tunnels to finish before closing them.
+const shutdownGrace = 15 * time.Second
+
+// serveSetup is where services built on the server's registry and engine
+// (the approval service, the web UI) plug in; each appends a step here in
+// its own file's init so this file stays the one place that starts things.
+var serveSetup []func(s *server.Server) error
+
+// runServe is `netproxy serve [--config FILE]`.
 func runServe(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "netproxy serve: not implemented yet")
-	return 2
+	fs := flag.NewFlagSet("netproxy serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "configuration file (default: the embedded default)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "netproxy serve: unexpected argument %q\nusage: netproxy serve [--config FILE]\n", fs.Arg(0))
+		return 2
+	}
+	cfg := config.Default()
+	if *cfgPath != "" {
+		var err error
+		if cfg, err = config.Load(*cfgPath); err != nil {
+			fmt.Fprintf(stderr, "netproxy serve: %v\n", err)
+			return 2
+		}
+	}
+	logger, err := logging.New(cfg.Log, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "netproxy serve: %v\n", err)
+		return 2
+	}
+	meter := metrics.New(cfg.Metrics.MaxHostLabels)
+
+	var sinks observe.Fanout
+	var auditW *audit.Writer
+	if cfg.Audit.Path != "" {
+		auditW, err = audit.Open(cfg.Audit.Path, cfg.Audit.BufferSize, logger, audit.WithDropCounter(meter.AuditDropped))
+		if err != nil {
+			fmt.Fprintf(stderr, "netproxy serve: audit.path: %v\n", err)
+			return 1
+		}
+		sinks = append(sinks, auditW)
+	}
+	closeAudit := func() {
+		if auditW != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			auditW.Close(ctx)
+			cancel()
+		}
+	}
+	defer closeAudit()
+
+	srv, err := server.New(cfg, server.Options{
+		Logger:  logger,
+		Metrics: meter,
+		Sinks:   sinks,
+		Setup: func(s *server.Server) error {
+			// execwrap reports its exec-policy decisions here (metrics + audit).
+			s.HandleControl(metrics.ExecDecisionPath, metrics.ExecDecisionHandler(meter, auditW))
+			for _, step := range serveSetup {
+				if err := step(s); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "netproxy serve: %v\n", err)
+		return 2
+	}
+	ctx := context.Background()
+	if err := srv.Start(ctx); err != nil {
+		fmt.Fprintf(stderr, "netproxy serve: %v\n", err)
+		return 1
+	}
+	a := srv.Addrs()
+	fmt.Fprintf(stdout, "netproxy: HTTP proxy on %s\n", a.HTTP)
+	fmt.Fprintf(stdout, "netproxy: SOCKS5 proxy on %s\n", a.SOCKS5)
+	fmt.Fprintf(stdout, "netproxy: admin on http://%s (healthz, readyz, metrics, /api/*)\n", a.Admin)
+	fmt.Fprintf(stdout, "netproxy: control socket %s\n", a.Control)
+	fmt.Fprintf(stdout, "netproxy: approvals page %s\n", srv.ApprovalsURL())
+	if srv.AdminTokenGenerated() {
+		fmt.Fprintf(stdout, "netproxy: no token in $%s; generated one for this run (it is in the approvals page link)\n", cfg.Admin.TokenEnv)
+	}
+	logger.Info("netproxy serving", "http", a.HTTP, "socks5", a.SOCKS5, "admin", a.Admin, "control", a.Control)
+
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sig)
+	for s := range sig {
+		if s == syscall.SIGHUP {
+			srv.Reload()
+			if auditW != nil {
+				if err := auditW.Reopen(); err != nil {
+					logger.Error("audit reopen failed", "error", err.Error())
+				}
+			}
+			continue
+		}
+		logger.Info("shutting down", "signal", s.String(), "grace", shutdownGrace.String())
+		return shutdown(srv, sig, logger)
+	}
+	return 0
+}
+
+// shutdown drains the server; a second signal cuts the grace period short.
+func shutdown(srv *server.Server, sig <-chan os.Signal, logger *slog.Logger) int {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	go func() {
+		select {
+		case <-sig:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		logger.Warn("shutdown deadline passed; closed the remaining connections", "error", err.Error())
+	}
+	return 0
 }

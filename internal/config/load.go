@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -75,7 +76,11 @@ func Load(path string) (*Config, error) {
 func Validate(path string) []error {
 	c, errs := load(path)
 	if c != nil {
-		errs = append(errs, validateDomainFiles(c)...)
+		fileErrs := validateDomainFiles(c)
+		if data, err := os.ReadFile(c.Path); err == nil {
+			fileErrs = withLines(fileErrs, data)
+		}
+		errs = append(errs, fileErrs...)
 	}
 	return errs
 }
@@ -141,15 +146,29 @@ func decodeNamed(data []byte, file, shown string) (*Config, []error) {
 			}
 			c.Path = file
 			resolvePaths(c)
-			return c, append(errs, validate(c, shown)...)
+			return c, append(errs, withLines(validate(c, shown), data)...)
 		}
 	}
 	c.Path = file
 	resolvePaths(c)
 	if errs := validate(c, shown); len(errs) > 0 {
+		if file != "" {
+			errs = withLines(errs, data)
+		}
 		return c, errs
 	}
 	return c, nil
+}
+
+// withLines adds the line of each error's key in data where it is written.
+func withLines(errs []error, data []byte) []error {
+	lines := keyLines(data)
+	for _, e := range errs {
+		if ce, ok := e.(*Error); ok && ce.Line == 0 && ce.Key != "" {
+			ce.Line = lineFor(lines, ce.Key)
+		}
+	}
+	return errs
 }
 
 func resetSetCollections(c *Config, raw map[string]any) {
@@ -177,8 +196,7 @@ func tomlError(err error, file string) error {
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
 		line, col := de.Position()
-		msg := strings.TrimPrefix(de.Error(), "toml: ")
-		msg = strings.Replace(msg, "struct field ", "", 1)
+		msg := friendlyTypeError(strings.TrimPrefix(de.Error(), "toml: "))
 		return &Error{File: file, Line: line, Column: col, Key: keyPath(de.Key()), Msg: msg + hintFor(de.Key())}
 	}
 	return &Error{File: file, Msg: err.Error()}
@@ -197,6 +215,28 @@ func unknownKeyError(de *toml.DecodeError, file string) error {
 	}
 	return &Error{File: file, Line: line, Key: keyPath(key),
 		Msg: fmt.Sprintf("%s %q in %s; remove it or fix its spelling (the keys are those of configs/default.toml)", what, key[len(key)-1], parent)}
+}
+
+var typeErr = regexp.MustCompile(`^cannot decode TOML (\w+) into (?:struct field )?\S+ of type (\S+)$|^cannot decode TOML (\w+) into (\S+)$`)
+
+// friendlyTypeError rewrites go-toml's Go-centric type errors ("into struct
+// field config.Network.AllowLocalBinding of type bool") in TOML terms.
+func friendlyTypeError(msg string) string {
+	m := typeErr.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	got, want := m[1], m[2]
+	if got == "" {
+		got, want = m[3], m[4]
+	}
+	names := map[string]string{"bool": "a boolean (true or false)", "string": "a string", "int": "an integer",
+		"[]string": "a list of strings", "map[string]string": "a table of strings", "[]config.DomainFile": "an array of tables",
+		"[]config.Hook": "an array of tables", "map[string][]string": "a table of string lists"}
+	if n, ok := names[want]; ok {
+		want = n
+	}
+	return fmt.Sprintf("wrong type: want %s, got a TOML %s", want, got)
 }
 
 // hintFor adds what to write for keys whose type people get wrong.
@@ -359,7 +399,7 @@ func validate(c *Config, file string) []error {
 		case "deny":
 			if err == nil {
 				if derr := hostname.CheckDeny(p); derr != nil {
-					bad(key, "%q: %v", k, derr)
+					bad(key, "%v", derr)
 				}
 			}
 		default:

@@ -239,20 +239,22 @@ func (c *Client) Approvals(ctx context.Context, status string) ([]Approval, erro
 	return out.Approvals, nil
 }
 
-// Approval finds one approval by id among the pending ones, then among all.
+// Approval fetches one approval (pending or recently decided) by id.
 func (c *Client) Approval(ctx context.Context, id string) (Approval, error) {
-	for _, status := range []string{"pending", ""} {
-		list, err := c.Approvals(ctx, status)
-		if err != nil {
-			return Approval{}, err
+	resp, err := c.do(ctx, http.MethodGet, "/api/approvals/"+url.PathEscape(id), nil, "application/json")
+	if err != nil {
+		var se *StatusError
+		if errors.As(err, &se) && se.Status == http.StatusNotFound {
+			return Approval{}, fmt.Errorf("no approval with id %q (see `netproxy approvals list`)", id)
 		}
-		for _, a := range list {
-			if a.ID == id {
-				return a, nil
-			}
-		}
+		return Approval{}, err
 	}
-	return Approval{}, &StatusError{Status: http.StatusNotFound, Msg: fmt.Sprintf("no approval with id %q (see `netproxy approvals list`)", id)}
+	defer resp.Body.Close()
+	var a Approval
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a); err != nil {
+		return Approval{}, fmt.Errorf("decoding GET /api/approvals/%s: %w", id, err)
+	}
+	return a, nil
 }
 
 // Decide posts a decision for approval id.

@@ -42,10 +42,11 @@ type HubOptions struct {
 // blocks: a subscriber that cannot keep up is disconnected rather than
 // slowing the data path, and the page reloads its lists when it reconnects.
 type Hub struct {
-	opts   HubOptions
-	mu     sync.Mutex
-	subs   map[*subscriber]struct{}
-	closed bool
+	opts    HubOptions
+	mu      sync.Mutex
+	subs    map[*subscriber]struct{}
+	closed  bool
+	servers map[*http.Server]bool // servers whose Shutdown closes the hub
 }
 
 type subscriber struct {
@@ -66,7 +67,7 @@ func NewHub(opts HubOptions) *Hub {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Hub{opts: opts, subs: make(map[*subscriber]struct{})}
+	return &Hub{opts: opts, subs: make(map[*subscriber]struct{}), servers: make(map[*http.Server]bool)}
 }
 
 // validEventName keeps names to what SSE can carry on one line.
@@ -161,6 +162,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
+	h.closeOnShutdown(r)
 	rc := http.NewResponseController(w)
 	events, cancel := h.Subscribe()
 	defer cancel()
@@ -205,6 +207,23 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+	}
+}
+
+// closeOnShutdown makes the serving http.Server's Shutdown close the hub:
+// Shutdown waits for connections to go idle, which an event stream never
+// does, so without this every open page would hold shutdown to its deadline.
+func (h *Hub) closeOnShutdown(r *http.Request) {
+	srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server)
+	if !ok || srv == nil {
+		return
+	}
+	h.mu.Lock()
+	known := h.servers[srv]
+	h.servers[srv] = true
+	h.mu.Unlock()
+	if !known {
+		srv.RegisterOnShutdown(h.Close)
 	}
 }
 

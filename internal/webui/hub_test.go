@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -144,7 +145,6 @@ func TestHubRefusesNonGET(t *testing.T) {
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
-
 func BenchmarkHubPublish100Subscribers(b *testing.B) {
 	hub := NewHub(HubOptions{Buffer: 1 << 16})
 	for i := 0; i < 100; i++ {
@@ -160,5 +160,60 @@ func BenchmarkHubPublish100Subscribers(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		hub.Publish(EventApprovalCreated, payload)
+	}
+}
+
+// BenchmarkHubToSSEClient is one event from Publish to a parsed event in
+// an SSE client over a real loopback socket.
+func BenchmarkHubToSSEClient(b *testing.B) {
+	hub := NewHub(HubOptions{Buffer: 1 << 16})
+	srv := httptest.NewServer(hub)
+	defer srv.Close()
+	defer hub.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	for hub.Subscribers() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	rd := NewSSEReader(resp.Body)
+	payload := map[string]any{"id": "a1", "host": "alpha.test", "port": 443, "protocol": "https"}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		hub.Publish(EventApprovalCreated, payload)
+		if _, err := rd.Next(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestHubClosesStreamsOnServerShutdown(t *testing.T) {
+	hub := NewHub(HubOptions{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: hub}
+	go srv.Serve(ln)
+	resp, err := http.Get("http://" + ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	waitSubscribers(t, hub, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown with an open stream: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Shutdown took %s with an open stream", d)
+	}
+	if _, err := io.ReadAll(resp.Body); err != nil {
+		t.Fatalf("stream did not end cleanly: %v", err)
 	}
 }

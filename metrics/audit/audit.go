@@ -190,16 +190,27 @@ func (w *Writer) Dropped() uint64 {
 	return w.dropped.Load()
 }
 
+// Pending returns how many records wait in the buffer.
+func (w *Writer) Pending() int {
+	if w == nil {
+		return 0
+	}
+	return len(w.queue)
+}
+
 // ObserveDecision queues one network_decision line. It never blocks.
 func (w *Writer) ObserveDecision(e observe.DecisionEvent) {
 	if w == nil {
 		return
 	}
 	r, d := e.Request, e.Decision
+	// The data path fills Host with the normalised host, or with the raw
+	// host when normalisation failed: cut it to its host part either way.
 	host := d.Host
 	if host == "" {
-		host = SanitizeHost(r.Host)
+		host = r.Host
 	}
+	host = SanitizeHost(host)
 	port := d.Port
 	if port == 0 {
 		port = r.Port

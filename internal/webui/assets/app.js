@@ -271,10 +271,11 @@
   // ---- loading and live updates -------------------------------------------
 
   async function loadAll() {
-    const [p, b, x] = await Promise.all([
+    const [p, b, x, d] = await Promise.all([
       api("/api/approvals?status=pending"),
       api("/api/blocked").catch((e) => { if (e instanceof AuthError) throw e; return { blocked: [] }; }),
       api("/api/executions").catch((e) => { if (e instanceof AuthError) throw e; return { executions: [] }; }),
+      api("/api/approvals?status=decided").catch((e) => { if (e instanceof AuthError) throw e; return { approvals: [] }; }),
     ]);
     state.pending.clear();
     for (const a of (p.approvals || [])) {
@@ -285,6 +286,9 @@
     state.blocked.length = Math.min(state.blocked.length, MAX_BLOCKED);
     state.executions.clear();
     for (const e of (x.executions || [])) if (e && e.execution_id) state.executions.set(e.execution_id, e);
+    const decided = (d.approvals || []).filter((a) => a && a.id && a.status === "decided");
+    decided.sort((a1, a2) => ((parseTime(a2.decided_at) || 0) - (parseTime(a1.decided_at) || 0)));
+    state.decided = decided.slice(0, MAX_DECIDED);
     renderPending();
     renderBlocked();
     renderExecutions();
@@ -384,10 +388,16 @@
 
   async function login(ev) {
     ev.preventDefault();
-    const errNode = $("login-error");
-    errNode.hidden = true;
     const token = $("login-token").value.trim();
     if (!token) return;
+    $("login-token").value = "";
+    signIn(token);
+  }
+
+  // signIn trades the token for the HttpOnly session cookie.
+  async function signIn(token) {
+    const errNode = $("login-error");
+    errNode.hidden = true;
     try {
       const resp = await fetch("/login", {
         method: "POST",
@@ -398,13 +408,14 @@
       });
       // A successful login answers 303 to "/" (an opaque redirect here).
       if (resp.type !== "opaqueredirect" && !resp.ok) {
+        signedOut();
         errNode.textContent = resp.status === 401 ? "Token rejected. Check the token netproxy serve printed." : "Sign-in failed: " + resp.status;
         errNode.hidden = false;
         return;
       }
-      $("login-token").value = "";
       start();
     } catch (e) {
+      signedOut();
       errNode.textContent = "Sign-in failed: " + e.message;
       errNode.hidden = false;
     }
@@ -419,6 +430,14 @@
     $("login-form").addEventListener("submit", login);
     $("logout").addEventListener("click", logout);
     setInterval(refreshAges, 5000);
+    // `netproxy serve` prints a link with the token in the fragment (never
+    // sent to the server): sign in with it and drop it from the address bar.
+    const m = /^#token=([^&]+)/.exec(location.hash);
+    if (m) {
+      history.replaceState(null, "", location.pathname);
+      signIn(decodeURIComponent(m[1]));
+      return;
+    }
     start();
   });
 })();

@@ -1,0 +1,165 @@
+package approvalsvc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/netproxy/netproxy/attribution"
+)
+
+// ExecRequest is the body of POST /v1/approvals: execwrap asks whether a
+// command may run (SPEC §6.4). Command is the approval identity of SPEC
+// §6.2 C; with cwd, sandbox_permissions, additional_permissions and (for
+// exec_command) tty it forms the session-cache key.
+type ExecRequest struct {
+	SessionID             string          `json:"session_id"`
+	EnvironmentID         string          `json:"environment_id"`
+	ExecutionID           string          `json:"execution_id,omitempty"`
+	Command               []string        `json:"command"`
+	Cwd                   string          `json:"cwd"`
+	SandboxPermissions    string          `json:"sandbox_permissions,omitempty"`
+	AdditionalPermissions json.RawMessage `json:"additional_permissions,omitempty"`
+	TTY                   *bool           `json:"tty,omitempty"`
+	Reason                string          `json:"reason,omitempty"`
+	Justification         string          `json:"justification,omitempty"`
+	ProposedAmendment     []string        `json:"proposed_amendment,omitempty"`
+	// ApprovalPolicy and Reviewer may narrow the configured ones (never widen).
+	ApprovalPolicy string `json:"approval_policy,omitempty"`
+	Reviewer       string `json:"reviewer,omitempty"`
+}
+
+// ExecResponse is the answer to POST /v1/approvals.
+type ExecResponse struct {
+	ID string `json:"id,omitempty"`
+	// Decision is allow_once, allow_session, allow_always, deny, deny_always,
+	// abort, timeout or error; Approved is true exactly for the allow_*.
+	Decision           string `json:"decision"`
+	Approved           bool   `json:"approved"`
+	Reviewer           string `json:"reviewer"` // cache | hook | guardian | user | policy
+	Rationale          string `json:"rationale,omitempty"`
+	Risk               string `json:"risk,omitempty"`
+	AmendmentPersisted bool   `json:"amendment_persisted,omitempty"`
+}
+
+// maxExecArgs bounds an exec request's argv.
+const maxExecArgs = 4096
+
+// validate checks an exec request; errors name the field.
+func (r *ExecRequest) validate() error {
+	if len(r.Command) == 0 {
+		return errors.New("command: required (the approval identity argv)")
+	}
+	if len(r.Command) > maxExecArgs {
+		return fmt.Errorf("command: %d arguments exceed the limit of %d", len(r.Command), maxExecArgs)
+	}
+	switch r.SandboxPermissions {
+	case "", "use_default", "require_escalated", "with_additional_permissions":
+	default:
+		return fmt.Errorf("sandbox_permissions: %q is not use_default, require_escalated or with_additional_permissions", r.SandboxPermissions)
+	}
+	if len(r.AdditionalPermissions) > 0 && !json.Valid(r.AdditionalPermissions) {
+		return errors.New("additional_permissions: not valid JSON")
+	}
+	return nil
+}
+
+// execIdentity is the cache identity of SPEC §6.2 C, serialised in the
+// reference's field order.
+type execIdentity struct {
+	Command               []string        `json:"command"`
+	Cwd                   string          `json:"cwd"`
+	TTY                   *bool           `json:"tty,omitempty"`
+	SandboxPermissions    string          `json:"sandbox_permissions"`
+	AdditionalPermissions json.RawMessage `json:"additional_permissions"`
+}
+
+// DecideExec runs an exec approval through the same pipeline as network
+// approvals (cache → one review per key → gates → hooks → Guardian or user)
+// and blocks until it is decided or ctx ends.
+func (s *Service) DecideExec(ctx context.Context, req ExecRequest) (ExecResponse, error) {
+	if err := req.validate(); err != nil {
+		return ExecResponse{}, err
+	}
+	owner, sessID, env, err := s.resolveOwner(req.ExecutionID, req.SessionID, req.EnvironmentID)
+	if err != nil {
+		return ExecResponse{Decision: OutcomeDeny, Reviewer: byPolicy, Rationale: err.Error()}, nil
+	}
+	sess := s.session(sessID, owner)
+	if env == "" {
+		env = sess.defaultEnv
+	}
+	sandbox := req.SandboxPermissions
+	if sandbox == "" {
+		sandbox = "use_default"
+	}
+	addl := req.AdditionalPermissions
+	if len(addl) == 0 {
+		addl = json.RawMessage("null")
+	}
+	ident, _ := json.Marshal(execIdentity{Command: req.Command, Cwd: req.Cwd, TTY: req.TTY, SandboxPermissions: sandbox, AdditionalPermissions: addl})
+	key := strings.Join([]string{"exec", sessID, env, string(ident)}, "\x00")
+	check := func() (result, bool) {
+		hit, allow := sess.cached(key)
+		if !hit {
+			return result{}, false
+		}
+		if allow {
+			return result{allow: true, outcome: OutcomeAllowSession, reviewer: byCache}, true
+		}
+		return result{outcome: OutcomeDenyAlways, reviewer: byCache, rationale: "denied earlier in this session"}, true
+	}
+	ownerID := ""
+	if owner != nil {
+		ownerID = owner.ID
+	}
+	r, hit := check()
+	if !hit {
+		r = s.await(ctx, key, ownerID, check, func(ctx context.Context, f *flight) result {
+			return s.reviewExec(ctx, f, sess, owner, env, key, req, sandbox)
+		})
+	}
+	return ExecResponse{ID: r.approvalID, Decision: r.outcome, Approved: r.allow, Reviewer: r.reviewer, Rationale: r.rationale, Risk: r.risk, AmendmentPersisted: r.persisted}, nil
+}
+
+func (s *Service) reviewExec(ctx context.Context, f *flight, sess *session, owner *attribution.Execution, env, key string, req ExecRequest, sandbox string) result {
+	start := s.now()
+	a := Approval{
+		ID: newID(), Kind: KindExec, Status: StatusPending, SessionID: sess.id, EnvironmentID: env, ExecutionID: req.ExecutionID,
+		Command: append([]string(nil), req.Command...), Cwd: req.Cwd, Reason: req.Reason,
+		SandboxPermissions: sandbox, Justification: req.Justification, ProposedAmendment: req.ProposedAmendment,
+		created: start, CreatedAt: start.UTC().Format(time.RFC3339Nano),
+	}
+	if a.Reason == "" {
+		a.Reason = req.Justification
+	}
+	policy, reviewer := sess.effective(owner)
+	policy, reviewer = Narrow(policy, req.ApprovalPolicy), NarrowReviewer(reviewer, req.Reviewer)
+	r := s.review(ctx, a, policy, reviewer, "", sandbox)
+	switch r.outcome {
+	case OutcomeAllowSession:
+		sess.deny.Remove(key)
+		sess.allow.Add(key, struct{}{})
+	case OutcomeAllowAlways:
+		sess.deny.Remove(key)
+		sess.allow.Add(key, struct{}{})
+		if len(req.ProposedAmendment) > 0 && s.rules != nil {
+			s.persistMu.Lock()
+			_, err := s.rules.AppendPrefixRule(req.ProposedAmendment)
+			s.persistMu.Unlock()
+			if err != nil {
+				s.log.Error("persisting prefix rule failed", "approval_id", a.ID, "error", err)
+			} else {
+				r.persisted = true
+			}
+		}
+	case OutcomeDenyAlways:
+		sess.allow.Remove(key)
+		sess.deny.Add(key, struct{}{})
+	}
+	s.finish(a, r, start, s.flightOwners(f), netReview{})
+	return r
+}

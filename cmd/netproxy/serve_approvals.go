@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/netproxy/netproxy/approvalsvc"
+	"github.com/netproxy/netproxy/guardian"
+	"github.com/netproxy/netproxy/internal/config"
+	"github.com/netproxy/netproxy/internal/server"
+)
+
+func init() { serveSetup = append(serveSetup, setupApprovals) }
+
+// setupApprovals builds the approval service on the server's registry and
+// engine and plugs it in: decider, control-socket exec approvals, admin API
+// and the blocked-request ring. With approvals disabled only the blocked
+// list and the (empty) approvals list are served, and POST /v1/approvals
+// denies.
+func setupApprovals(s *server.Server) error {
+	cfg := s.Config()
+	var rev guardian.Reviewer
+	if cfg.Approvals.Enabled && cfg.Approvals.Reviewer == approvalsvc.ReviewerGuardian {
+		var err error
+		baseDir := ""
+		if cfg.Path != "" {
+			baseDir = filepath.Dir(cfg.Path)
+		}
+		if rev, err = guardian.New(cfg.Guardian, baseDir, os.Getenv); err != nil {
+			return err
+		}
+	}
+	var auditor approvalsvc.Auditor
+	for _, sink := range s.Sinks() {
+		if a, ok := sink.(approvalsvc.Auditor); ok {
+			auditor = a
+		}
+	}
+	engine := s.Engine()
+	svc, err := approvalsvc.New(approvalsvc.Options{
+		Config:   cfg.Approvals,
+		Guardian: rev,
+		// The admin API always has a token (generated when none is set), so
+		// a human can always be reached through it.
+		UserReviewer: true,
+		Owners:       s.Registry(),
+		Publisher:    s.Registry(),
+		Amender:      engine,
+		Rules:        approvalsvc.RulesFile{Path: filepath.Join(config.HomeDir(), "rules", "default.rules")},
+		Metrics:      s.Metrics(),
+		Audit:        auditor,
+		Logger:       s.Logger().With("component", "approvals"),
+		SecretEnv:    []string{cfg.Admin.TokenEnv, cfg.Guardian.APIKeyEnv},
+	})
+	if err != nil {
+		return fmt.Errorf("approvals: %w", err)
+	}
+	s.SetDecider(svc)
+	s.SetControlApprovals(svc.ControlHandler())
+	s.AddSink(svc)
+	api := svc.APIHandler()
+	for _, p := range approvalsvc.APIPatterns {
+		s.Admin().HandleAPI(p, api)
+	}
+	return nil
+}

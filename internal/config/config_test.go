@@ -1,0 +1,225 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/netproxy/netproxy/configs"
+)
+
+func write(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultMatchesSpec(t *testing.T) {
+	t.Setenv("NETPROXY_HOME", "/srv/np")
+	c := Default()
+	if c.Listen.HTTP != "127.0.0.1:3128" || c.Listen.SOCKS5 != "127.0.0.1:1080" || c.Listen.Admin != "127.0.0.1:9091" {
+		t.Errorf("listen defaults: %+v", c.Listen)
+	}
+	if c.Control.Socket != "/srv/np/control.sock" || c.Audit.Path != "/srv/np/audit.jsonl" {
+		t.Errorf("home paths: %q %q", c.Control.Socket, c.Audit.Path)
+	}
+	if c.Network.Mode != "full" || c.Network.AllowLocalBinding || len(c.Network.Domains) != 0 || len(c.Network.DomainFiles) != 0 {
+		t.Errorf("network defaults: %+v", c.Network)
+	}
+	if !c.Approvals.Enabled || c.Approvals.Reviewer != "user" || c.Approvals.Policy != "on-request" || c.Approvals.Timeout.Duration != 120*time.Second {
+		t.Errorf("approvals defaults: %+v", c.Approvals)
+	}
+	if c.DNS.Timeout.Duration != 2*time.Second || c.Limits.MaxConnections != 10000 || c.Limits.IdleTimeout.Duration != 5*time.Minute || c.Admin.TokenEnv != "NETPROXY_ADMIN_TOKEN" {
+		t.Errorf("other defaults: %+v %+v %+v", c.DNS, c.Limits, c.Admin)
+	}
+	t.Setenv("NETPROXY_HOME", "")
+	t.Setenv("HOME", "/home/u")
+	if c := Default(); c.Control.Socket != "/home/u/.netproxy/control.sock" {
+		t.Errorf("NETPROXY_HOME default: %q", c.Control.Socket)
+	}
+}
+
+func TestLoadOverDefault(t *testing.T) {
+	t.Setenv("HOME", "/home/u")
+	p := write(t, "np.toml", `
+[network]
+mode = "limited"
+[network.domains]
+"example.com" = "allow"
+"*.evil.test" = "deny"
+[[network.domain_files]]
+path = "lists/deny.txt"
+decision = "deny"
+[dns.hosts]
+"svc.test" = ["127.0.0.1", "::1"]
+[audit]
+path = "~/audit.jsonl"
+[guardian]
+script = "g.star"
+[approvals]
+policy = "granular:sandbox_approval,rules"
+[[approvals.hooks]]
+command = ["/bin/true"]
+timeout = "5s"
+`)
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(p)
+	if c.Path != p || c.Network.Mode != "limited" || c.Listen.HTTP != "127.0.0.1:3128" || !c.Approvals.Enabled {
+		t.Errorf("merge: %+v", c)
+	}
+	if len(c.Network.Domains) != 2 || c.Network.Domains["*.evil.test"] != "deny" {
+		t.Errorf("domains: %v", c.Network.Domains)
+	}
+	if c.Network.DomainFiles[0].Path != filepath.Join(dir, "lists/deny.txt") || c.Guardian.Script != filepath.Join(dir, "g.star") {
+		t.Errorf("relative paths: %q %q", c.Network.DomainFiles[0].Path, c.Guardian.Script)
+	}
+	if c.Audit.Path != "/home/u/audit.jsonl" {
+		t.Errorf("~ path: %q", c.Audit.Path)
+	}
+	if len(c.DNS.Hosts["svc.test"]) != 2 || len(c.Approvals.Hooks) != 1 || c.Approvals.Hooks[0].Timeout.Duration != 5*time.Second {
+		t.Errorf("hosts/hooks: %v %+v", c.DNS.Hosts, c.Approvals.Hooks)
+	}
+}
+
+func TestErrorsNameKeysAndLines(t *testing.T) {
+	cases := []struct {
+		name, body string
+		want       []string
+	}{
+		{"unknown key", "[network]\nallow_local_binding = false\ncolour = \"blue\"\n", []string{"np.toml:3", "network.colour", "unknown key"}},
+		{"unknown table", "[bogus]\nx = 1\n", []string{"np.toml:1", "bogus", "unknown table"}},
+		{"two unknown", "[network]\ncolour = \"blue\"\nflavour = \"mint\"\n", []string{"network.colour", "network.flavour"}},
+		{"bad type", "[network]\nallow_local_binding = \"yes\"\n", []string{"np.toml:2", "network.allow_local_binding", "boolean"}},
+		{"bad duration", "[dns]\ntimeout = \"soon\"\n", []string{"np.toml:2", "dns.timeout", "duration"}},
+		{"syntax", "[network\n", []string{"np.toml:1"}},
+		{"deny star", "[network.domains]\n\"*\" = \"deny\"\n", []string{"np.toml:2", `network.domains."*"`, "global wildcard"}},
+		{"bad decision", "[network.domains]\n\"a.test\" = \"maybe\"\n", []string{`network.domains."a.test"`, "maybe"}},
+		{"bad glob", "[network.domains]\n\"[\" = \"allow\"\n", []string{`network.domains."["`, "invalid glob"}},
+		{"bad mode", "[network]\nmode = \"partial\"\n", []string{"np.toml:2", "network.mode", "partial"}},
+		{"mode and deny star", "[network]\nmode = \"partial\"\n[network.domains]\n\"*\" = \"deny\"\n", []string{"network.mode", `network.domains."*"`}},
+		{"unknown and semantic", "[network]\nmode = \"x\"\ncolour = 1\n", []string{"network.mode", "network.colour"}},
+		{"approvals policy", "[approvals]\npolicy = \"sometimes\"\n", []string{"approvals.policy", "sometimes"}},
+		{"granular flag", "[approvals]\npolicy = \"granular:everything\"\n", []string{"approvals.policy", "everything"}},
+		{"reviewer", "[approvals]\nreviewer = \"robot\"\n", []string{"approvals.reviewer"}},
+		{"guardian backend", "[guardian]\nbackend = \"magic\"\n", []string{"guardian.backend"}},
+		{"guardian needs script", "[approvals]\nreviewer = \"guardian\"\n", []string{"guardian.script"}},
+		{"guardian webhook url", "[approvals]\nreviewer = \"guardian\"\n[guardian]\nbackend = \"webhook\"\n", []string{"guardian.url"}},
+		{"zero timeout", "[approvals]\ntimeout = \"0s\"\n", []string{"approvals.timeout"}},
+		{"dns host ip", "[dns.hosts]\n\"svc.test\" = [\"nope\"]\n", []string{`dns.hosts."svc.test"[0]`}},
+		{"dns host type", "[dns.hosts]\n\"svc.test\" = \"1.2.3.4\"\n", []string{`dns.hosts."svc.test"`, "np.toml:2"}},
+		{"domain file decision", "[[network.domain_files]]\npath = \"x\"\ndecision = \"maybe\"\n", []string{"np.toml:3", "network.domain_files[0].decision"}},
+		{"listen", "[listen]\nhttp = \"3128\"\n", []string{"listen.http"}},
+		{"hook command", "[[approvals.hooks]]\ncommand = []\n", []string{"approvals.hooks[0].command"}},
+		{"log level", "[log]\nlevel = \"loud\"\n", []string{"log.level"}},
+		{"upstream proxy", "[network]\nupstream_proxy = \"socks5://x:1\"\n", []string{"network.upstream_proxy"}},
+	}
+	for _, c := range cases {
+		p := write(t, "np.toml", c.body)
+		errs := Validate(p)
+		if len(errs) == 0 {
+			t.Errorf("%s: accepted", c.name)
+			continue
+		}
+		var all []string
+		for _, e := range errs {
+			all = append(all, e.Error())
+		}
+		text := strings.Join(all, "\n")
+		for _, w := range c.want {
+			if !strings.Contains(text, w) {
+				t.Errorf("%s: errors do not mention %q:\n%s", c.name, w, text)
+			}
+		}
+		if _, err := Load(p); err == nil {
+			t.Errorf("%s: Load accepted what Validate rejected", c.name)
+		}
+	}
+}
+
+func TestValidateDomainFiles(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "deny.txt"), []byte("ok.test\n# c\n[\n*\n"), 0o644)
+	p := filepath.Join(dir, "np.toml")
+	os.WriteFile(p, []byte("[[network.domain_files]]\npath = \"deny.txt\"\ndecision = \"deny\"\n[[network.domain_files]]\npath = \"nope.txt\"\ndecision = \"allow\"\n"), 0o644)
+	var all []string
+	for _, e := range Validate(p) {
+		all = append(all, e.Error())
+	}
+	text := strings.Join(all, "\n")
+	for _, w := range []string{filepath.Join(dir, "deny.txt") + ":3", filepath.Join(dir, "deny.txt") + ":4", "nope.txt", "network.domain_files[1].path"} {
+		if !strings.Contains(text, w) {
+			t.Errorf("missing %q in:\n%s", w, text)
+		}
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "none.toml"))
+	if err == nil || !strings.Contains(err.Error(), "none.toml") {
+		t.Fatalf("missing file error: %v", err)
+	}
+}
+
+func TestExpandPath(t *testing.T) {
+	t.Setenv("HOME", "/home/u")
+	t.Setenv("NETPROXY_HOME", "~/np")
+	for in, want := range map[string]string{
+		"$NETPROXY_HOME/x": "/home/u/np/x", "${NETPROXY_HOME}/y": "/home/u/np/y", "~/a": "/home/u/a",
+		"rel/b": "/etc/np/rel/b", "/abs/c": "/abs/c", "": "", "$NETPROXY_HOMEX/z": "/etc/np/$NETPROXY_HOMEX/z",
+	} {
+		if got := ExpandPath(in, "/etc/np"); got != want {
+			t.Errorf("ExpandPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// FuzzParse: arbitrary bytes never panic the loader, and an accepted file
+// always carries valid mode and decisions.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("[network]\nmode = \"full\"\n[network.domains]\n\"a.test\" = \"allow\"\n"))
+	f.Add([]byte("[bogus]\nx=1\n"))
+	f.Add([]byte("[dns.hosts]\n\"a\" = [\"1.2.3.4\"]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data, "/tmp/fuzz.toml")
+		if err != nil {
+			return
+		}
+		if c.Network.Mode != "full" && c.Network.Mode != "limited" {
+			t.Fatalf("accepted mode %q", c.Network.Mode)
+		}
+		for k, v := range c.Network.Domains {
+			if v != "allow" && v != "deny" {
+				t.Fatalf("accepted decision %q for %q", v, k)
+			}
+		}
+	})
+}
+
+// TestEmbeddedDefaultIsStrict: every key of configs/default.toml exists in
+// the schema (the default itself is decoded leniently at start-up).
+func TestEmbeddedDefaultIsStrict(t *testing.T) {
+	if _, err := Parse(configs.DefaultTOML, filepath.Join(t.TempDir(), "default.toml")); err != nil {
+		t.Fatalf("embedded default does not validate strictly: %v", err)
+	}
+}
+
+func TestKeyLines(t *testing.T) {
+	doc := "# c\n[network]\nmode = \"x\"\n[network.domains]\n\"a.b\" = \"allow\"\n'lit' = \"deny\"\n[[approvals.hooks]]\ncommand = []\n[[approvals.hooks]]\ntimeout = \"1s\"\n[dns.hosts]\n\"h.test\" = [\"1\"]\n"
+	lines := keyLines([]byte(doc))
+	for key, want := range map[string]int{
+		"network.mode": 3, `network.domains."a.b"`: 5, "network.domains.lit": 6, "approvals.hooks[0].command": 8,
+		"approvals.hooks[1].timeout": 10, `dns.hosts."h.test"[0]`: 12, "approvals.hooks[1].command": 9, "nothing.here": 0,
+	} {
+		if got := lineFor(lines, key); got != want {
+			t.Errorf("lineFor(%s) = %d, want %d", key, got, want)
+		}
+	}
+}

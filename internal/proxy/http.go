@@ -1,0 +1,599 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/elazarl/goproxy"
+
+	"github.com/netproxy/netproxy/hostpolicy"
+)
+
+// HTTPProxy is the HTTP listener's front end: absolute-form requests are
+// checked and then forwarded by goproxy; CONNECT is checked and tunneled.
+//
+// The connection loop is ours rather than net/http's server because the
+// server drops the Host header of absolute-form requests, and SPEC §3.7
+// requires a Host that disagrees with the target to be refused. Everything
+// after the check — header filtering, the upstream round trip, response
+// copying — is goproxy's.
+type HTTPProxy struct {
+	core   *Core
+	limits Limits
+	gp     *goproxy.ProxyHttpServer
+	tr     *http.Transport
+	wg     sync.WaitGroup
+}
+
+// NewHTTP builds the HTTP front end over core.
+func NewHTTP(core *Core) *HTTPProxy {
+	h := &HTTPProxy{core: core, limits: core.Limits.withDefaults()}
+	h.tr = &http.Transport{
+		DialContext:            core.Dialer.DialContext,
+		MaxIdleConns:           1024,
+		MaxIdleConnsPerHost:    256,
+		IdleConnTimeout:        90 * time.Second,
+		DisableCompression:     true, // pass bodies through as the upstream sent them
+		ForceAttemptHTTP2:      false,
+		MaxResponseHeaderBytes: int64(h.limits.MaxHeaderBytes),
+	}
+	if core.Dialer.Parent != "" {
+		parent := &url.URL{Scheme: "http", Host: core.Dialer.Parent}
+		h.tr.Proxy = http.ProxyURL(parent)
+	}
+	gp := goproxy.NewProxyHttpServer()
+	gp.Tr = h.tr
+	gp.ConnectDial = nil
+	gp.KeepAcceptEncoding = true
+	gp.Logger = discardLogger{}
+	gp.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "missing host", http.StatusBadRequest)
+	})
+	gp.OnResponse().DoFunc(h.filterResponse)
+	h.gp = gp
+	return h
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(string, ...any) {}
+
+// filterResponse maps upstream failures to 502 and strips hop-by-hop headers.
+func (h *HTTPProxy) filterResponse(resp *http.Response, ctx *goproxy.ProxyCtx) *http.Response {
+	if resp == nil {
+		if ctx.Error != nil {
+			h.core.logger().Info("upstream failure", "host", ctx.Req.URL.Hostname(), "error", scrubErr(ctx.Error))
+		}
+		return textResponse(ctx.Req, http.StatusBadGateway, "upstream failure")
+	}
+	removeHopByHop(resp.Header)
+	return resp
+}
+
+// scrubErr renders a transport error without the URL (its query string
+// must never reach a log).
+func scrubErr(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+func textResponse(req *http.Request, status int, body string) *http.Response {
+	r := goproxy.NewResponse(req, "text/plain; charset=utf-8", status, body+"\n")
+	r.TransferEncoding = nil
+	return r
+}
+
+// Serve accepts admitted connections from g until it is closed.
+func (h *HTTPProxy) Serve(ctx context.Context, g *Gate) error {
+	for {
+		c, err := g.AcceptConn()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			h.ServeConn(ctx, c)
+		}()
+	}
+}
+
+// Wait blocks until every connection handler returned.
+func (h *HTTPProxy) Wait() { h.wg.Wait() }
+
+// CloseIdle drops pooled upstream connections.
+func (h *HTTPProxy) CloseIdle() { h.tr.CloseIdleConnections() }
+
+var errHeaderTooLarge = errors.New("request header too large")
+
+// headLimiter bounds how many bytes a request head may take, and records
+// the raw bytes read while a head is parsed: http.ReadRequest drops the Host
+// header, which the absolute-form check needs.
+type headLimiter struct {
+	r   io.Reader
+	n   int64
+	tee bool
+	raw []byte
+}
+
+func (l *headLimiter) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, errHeaderTooLarge
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	if l.tee && n > 0 {
+		l.raw = append(l.raw, p[:n]...)
+	}
+	return n, err
+}
+
+// rawHostHeader returns the Host header of the request head at the start
+// of raw ("" when absent). The head was already validated by
+// http.ReadRequest, which rejects repeated Host headers.
+func rawHostHeader(raw []byte) string {
+	first := true
+	for len(raw) > 0 {
+		i := bytes.IndexByte(raw, '\n')
+		var line []byte
+		if i < 0 {
+			line, raw = raw, nil
+		} else {
+			line, raw = raw[:i], raw[i+1:]
+		}
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if first {
+			first = false
+			continue
+		}
+		if len(line) == 0 {
+			break
+		}
+		if len(line) >= 5 && bytes.EqualFold(line[:5], []byte("host:")) {
+			return string(bytes.TrimSpace(line[5:]))
+		}
+	}
+	return ""
+}
+
+// ServeConn runs the request loop of one client connection.
+func (h *HTTPProxy) ServeConn(ctx context.Context, c *Conn) {
+	closeConn := true
+	defer func() {
+		if closeConn {
+			c.Close()
+		}
+	}()
+	lim := &headLimiter{r: c}
+	br := bufio.NewReaderSize(lim, 4096)
+	bw := bufio.NewWriterSize(c, 4096)
+	for first := true; ; first = false {
+		if !first {
+			// Keep-alive: wait for the next request's first byte.
+			c.setIdle(true)
+			if h.core.Tracker != nil && h.core.Tracker.Draining() {
+				return
+			}
+			c.SetReadDeadline(time.Now().Add(h.limits.IdleTimeout))
+			lim.n = math.MaxInt64
+			if _, err := br.Peek(1); err != nil {
+				return
+			}
+			c.setIdle(false)
+		}
+		c.SetReadDeadline(time.Now().Add(h.limits.HeaderTimeout))
+		lim.n = int64(h.limits.MaxHeaderBytes) + int64(br.Buffered())
+		pre, _ := br.Peek(br.Buffered())
+		lim.raw = append(lim.raw[:0], pre...)
+		lim.tee = true
+		headDeadline := time.Now().Add(h.limits.HeaderTimeout)
+		req, err := http.ReadRequest(br)
+		lim.tee = false
+		if err != nil {
+			switch {
+			case errors.Is(err, errHeaderTooLarge):
+				writeSimple(bw, http.StatusRequestHeaderFieldsTooLarge, "request header too large")
+			case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), isTimeout(err),
+				errors.Is(err, net.ErrClosed), !time.Now().Before(headDeadline):
+				// The client went away or was too slow: nobody to answer.
+			default:
+				writeSimple(bw, http.StatusBadRequest, "malformed request")
+			}
+			return
+		}
+		lim.n = math.MaxInt64
+		c.SetReadDeadline(time.Time{})
+		if !h.core.stillAttributed(c) {
+			return // the execution ended: its connections go with it
+		}
+		if req.Method == http.MethodConnect {
+			if h.serveConnect(ctx, c, br, bw, req) {
+				closeConn = false // the tunnel owns the connection now
+			}
+			return
+		}
+		hostHdr := rawHostHeader(lim.raw)
+		if cap(lim.raw) > 64<<10 {
+			lim.raw = nil // do not keep a huge head's buffer on an idle connection
+		}
+		if !h.servePlain(ctx, c, bw, req, hostHdr) {
+			return
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// writeSimple writes a text/plain response that closes the connection.
+func writeSimple(bw *bufio.Writer, status int, msg string) {
+	body := msg + "\n"
+	fmt.Fprintf(bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		status, http.StatusText(status), len(body), body)
+	bw.Flush()
+}
+
+// hasBody reports whether the request carries a body the client will send.
+func hasBody(req *http.Request) bool {
+	return req.ContentLength != 0 || len(req.TransferEncoding) > 0
+}
+
+// servePlain handles one absolute-form (or origin-form with Host) request
+// and reports whether the connection may serve another one.
+func (h *HTTPProxy) servePlain(ctx context.Context, c *Conn, bw *bufio.Writer, req *http.Request, hostHdr string) bool {
+	var authority string
+	switch {
+	case req.URL.IsAbs():
+		if !strings.EqualFold(req.URL.Scheme, "http") {
+			writeSimple(bw, http.StatusBadRequest, "unsupported scheme: use CONNECT for https")
+			return false
+		}
+		authority = req.URL.Host
+		if hostHdr != "" && !sameAuthority(hostHdr, authority, 80) {
+			writeSimple(bw, http.StatusBadRequest, "Host header does not match request target")
+			return false
+		}
+	default:
+		// Origin-form: the Host header names the target.
+		authority = hostHdr
+	}
+	host, port, ok := splitHostPort(authority, 80)
+	if !ok || host == "" {
+		writeSimple(bw, http.StatusBadRequest, "missing host")
+		return false
+	}
+	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method)
+	d := h.core.decide(ctx, hreq)
+	if !d.Allowed() {
+		keep := !hasBody(req) && !req.Close
+		writeBlockedJSON(bw, d, keep)
+		return keep
+	}
+
+	// Forward through goproxy, dialing exactly the decision's addresses.
+	req.URL.Scheme = "http"
+	req.URL.Host = authority
+	req.Host = authority
+	removeHopByHop(req.Header)
+	var body *trackedBody
+	if req.Body != nil && req.Body != http.NoBody {
+		body = &trackedBody{rc: req.Body}
+		if expectsContinue(req) {
+			body.onFirstRead = func() {
+				bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+				bw.Flush()
+			}
+		}
+		req.Body = body
+	}
+	rw := &respWriter{bw: bw, req: req, header: make(http.Header), closeAfter: req.Close}
+	fctx := WithTarget(ctx, TargetOf(d))
+	h.gp.ServeHTTP(rw, req.WithContext(fctx))
+	rw.finish()
+	if body != nil && !body.done() {
+		return false // the upstream did not read the whole body: the stream is out of step
+	}
+	return !rw.closeAfter && rw.err == nil
+}
+
+func expectsContinue(req *http.Request) bool {
+	for _, v := range req.Header.Values("Expect") {
+		if strings.EqualFold(strings.TrimSpace(v), "100-continue") {
+			return req.ProtoAtLeast(1, 1)
+		}
+	}
+	return false
+}
+
+// sameAuthority compares a Host header with the request target: the hosts
+// must match and so must the ports, a missing port meaning the default.
+func sameAuthority(hostHdr, target string, def uint16) bool {
+	h1, p1, ok1 := splitHostPort(hostHdr, def)
+	h2, p2, ok2 := splitHostPort(target, def)
+	return ok1 && ok2 && p1 == p2 && sameHost(h1, h2)
+}
+
+// hopByHop are the headers that belong to one connection (RFC 9110 §7.6.1),
+// plus the proxy credentials, which must never travel on.
+var hopByHop = []string{
+	"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization",
+	"Proxy-Authenticate", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+func removeHopByHop(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopByHop {
+		h.Del(name)
+	}
+}
+
+type blockedBody struct {
+	Status   string `json:"status"`
+	Host     string `json:"host"`
+	Port     uint16 `json:"port"`
+	Reason   string `json:"reason"`
+	Decision string `json:"decision"`
+	Source   string `json:"source"`
+	Protocol string `json:"protocol"`
+	Message  string `json:"message"`
+}
+
+// writeBlockedJSON writes the plain-HTTP block of SPEC §3.7.
+func writeBlockedJSON(bw *bufio.Writer, d hostpolicy.Decision, keep bool) {
+	verdict := string(d.Verdict)
+	if verdict != string(hostpolicy.Ask) {
+		verdict = string(hostpolicy.Deny)
+	}
+	body, _ := json.Marshal(blockedBody{
+		Status: "blocked", Host: d.Host, Port: d.Port, Reason: string(d.Reason), Decision: verdict,
+		Source: string(d.Source), Protocol: "http", Message: d.Message(),
+	})
+	conn := "keep-alive"
+	if !keep {
+		conn = "close"
+	}
+	fmt.Fprintf(bw, "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nX-Proxy-Error: %s\r\nContent-Length: %d\r\nConnection: %s\r\n\r\n",
+		d.XProxyError(), len(body), conn)
+	bw.Write(body)
+	bw.Flush()
+}
+
+// writeBlockedText writes the CONNECT block of SPEC §3.7.
+func writeBlockedText(bw *bufio.Writer, d hostpolicy.Decision) {
+	body := d.Message()
+	fmt.Fprintf(bw, "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain; charset=utf-8\r\nX-Proxy-Error: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		d.XProxyError(), len(body), body)
+	bw.Flush()
+}
+
+// serveConnect checks a CONNECT and, when allowed, turns the connection
+// into a tunnel. It reports whether the tunnel took the connection over.
+func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader, bw *bufio.Writer, req *http.Request) bool {
+	authority := req.URL.Host
+	if authority == "" {
+		authority = req.Host
+	}
+	host, portStr, err := net.SplitHostPort(authority)
+	if err != nil || host == "" {
+		writeSimple(bw, http.StatusBadRequest, "missing authority")
+		return false
+	}
+	port, ok := parsePort(portStr)
+	if !ok {
+		writeSimple(bw, http.StatusBadRequest, "invalid port")
+		return false
+	}
+	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTPS, http.MethodConnect)
+	d := h.core.decide(ctx, hreq)
+	if !d.Allowed() {
+		writeBlockedText(bw, d)
+		return false
+	}
+	up, err := h.core.Dialer.DialTarget(ctx, TargetOf(d))
+	if err != nil {
+		h.core.logger().Info("upstream failure", "protocol", "https", "host", d.Host, "port", d.Port, "error", err.Error())
+		writeSimple(bw, http.StatusBadGateway, "upstream failure")
+		return false
+	}
+	if _, err := bw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n"); err != nil || bw.Flush() != nil {
+		up.Close()
+		return false
+	}
+	var early []byte
+	if n := br.Buffered(); n > 0 {
+		early, _ = br.Peek(n)
+		early = append([]byte(nil), early...)
+	}
+	t := &Tunnel{
+		Client: c.TCPConn, Upstream: up, Early: early, Idle: h.limits.IdleTimeout,
+		Protocol: hostpolicy.ProtoHTTPS, Meter: h.core.Meter, Owner: c,
+	}
+	// The handler goroutine (with its larger stack) ends here; the tunnel
+	// runs on fresh goroutines.
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		t.Run()
+	}()
+	return true
+}
+
+// trackedBody records whether the request body was read to the end and
+// stops reads once the request is finished.
+type trackedBody struct {
+	mu          sync.Mutex
+	rc          io.ReadCloser
+	eof         bool
+	started     bool
+	onFirstRead func()
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.eof {
+		return 0, io.EOF
+	}
+	if !b.started {
+		b.started = true
+		if b.onFirstRead != nil {
+			b.onFirstRead()
+		}
+	}
+	n, err := b.rc.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *trackedBody) Close() error { return nil }
+
+func (b *trackedBody) done() bool {
+	if !b.mu.TryLock() {
+		return false // a read is still running on another goroutine
+	}
+	defer b.mu.Unlock()
+	return b.eof
+}
+
+// respWriter is the http.ResponseWriter goproxy writes the upstream
+// response into; it frames the body for the client (Content-Length,
+// chunked, or close-delimited for HTTP/1.0).
+type respWriter struct {
+	bw          *bufio.Writer
+	req         *http.Request
+	header      http.Header
+	wroteHeader bool
+	chunked     bool
+	noBody      bool
+	closeAfter  bool
+	remaining   int64 // -1: unknown
+	err         error
+}
+
+func (w *respWriter) Header() http.Header { return w.header }
+
+func (w *respWriter) WriteHeader(code int) {
+	if w.wroteHeader || code < 200 {
+		return
+	}
+	w.wroteHeader = true
+	h := w.header
+	removeHopByHop(h)
+	w.remaining = -1
+	w.noBody = w.req.Method == http.MethodHead || code == http.StatusNoContent || code == http.StatusNotModified
+	switch cl := h.Get("Content-Length"); {
+	case w.noBody:
+	case cl != "":
+		n, err := strconv.ParseInt(cl, 10, 64)
+		if err != nil || n < 0 {
+			h.Del("Content-Length")
+			w.closeAfter = true
+		} else {
+			w.remaining = n
+		}
+	case w.req.ProtoAtLeast(1, 1):
+		w.chunked = true
+		h.Set("Transfer-Encoding", "chunked")
+	default:
+		w.closeAfter = true
+	}
+	if w.closeAfter {
+		h.Set("Connection", "close")
+	} else if !w.req.ProtoAtLeast(1, 1) {
+		h.Set("Connection", "keep-alive")
+	}
+	text := http.StatusText(code)
+	if text == "" {
+		text = "status code " + strconv.Itoa(code)
+	}
+	fmt.Fprintf(w.bw, "HTTP/1.1 %03d %s\r\n", code, text)
+	h.Write(w.bw)
+	w.bw.WriteString("\r\n")
+}
+
+func (w *respWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.noBody || len(p) == 0 {
+		return len(p), nil
+	}
+	if w.remaining >= 0 {
+		if int64(len(p)) > w.remaining {
+			w.err = http.ErrContentLength
+			return 0, w.err
+		}
+		w.remaining -= int64(len(p))
+	}
+	if w.chunked {
+		fmt.Fprintf(w.bw, "%x\r\n", len(p))
+	}
+	n, err := w.bw.Write(p)
+	if w.chunked && err == nil {
+		_, err = w.bw.WriteString("\r\n")
+	}
+	if err != nil {
+		w.err = err
+	}
+	return n, err
+}
+
+// Flush sends what is buffered (goproxy flushes streamed responses).
+func (w *respWriter) Flush() {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.err == nil {
+		w.err = w.bw.Flush()
+	}
+}
+
+func (w *respWriter) finish() {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.chunked && w.err == nil {
+		_, w.err = w.bw.WriteString("0\r\n\r\n")
+	}
+	if w.remaining > 0 {
+		w.closeAfter = true // short body: the client must see the end
+	}
+	if err := w.bw.Flush(); err != nil && w.err == nil {
+		w.err = err
+	}
+}

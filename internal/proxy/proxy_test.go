@@ -1,0 +1,443 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/netproxy/netproxy/attribution"
+	"github.com/netproxy/netproxy/hostpolicy"
+	"github.com/netproxy/netproxy/internal/config"
+	"github.com/netproxy/netproxy/internal/observe"
+)
+
+// stack is an in-process data path over the real engine and real sockets.
+type stack struct {
+	httpAddr, socksAddr string
+	tracker             *Tracker
+	httpP               *HTTPProxy
+	socksP              *SOCKSProxy
+	gates               []*Gate
+	registry            *attribution.Registry
+	decisions           atomic.Int64
+	cancel              context.CancelFunc
+}
+
+func (s *stack) ObserveDecision(observe.DecisionEvent) { s.decisions.Add(1) }
+
+const testPolicy = `
+[network]
+mode = "full"
+allow_local_binding = true
+[network.domains]
+"up.test" = "allow"
+"denied.test" = "deny"
+[dns.hosts]
+"up.test" = ["127.0.0.1"]
+"denied.test" = ["127.0.0.1"]
+[approvals]
+enabled = false
+`
+
+func newStack(t *testing.T, policyTOML string, limits Limits, parent string) *stack {
+	t.Helper()
+	cfg, err := config.Parse([]byte(policyTOML), "test.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := hostpolicy.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := hostpolicy.NewResolverFromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := hostpolicy.NewEngine(pol, res, cfg.Network.Mode, nil)
+	s := &stack{tracker: NewTracker(100, nil), registry: attribution.NewRegistry()}
+	core := &Core{
+		Engine:     eng,
+		Dialer:     &Dialer{ConnectTimeout: 2 * time.Second, Parent: parent, AllowLocalBinding: eng.AllowLocalBinding, Resolver: eng.Resolver()},
+		Executions: s.registry,
+		Sink:       s,
+		Tracker:    s.tracker,
+		Limits:     limits,
+	}
+	s.httpP, s.socksP = NewHTTP(core), NewSOCKS(core)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	for _, name := range []string{"http", "socks5"} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := NewGate(ln, GateConfig{Name: name, Tracker: s.tracker, Registry: s.registry, FirstByte: limits.withDefaults().HeaderTimeout})
+		s.gates = append(s.gates, g)
+		if name == "http" {
+			s.httpAddr = ln.Addr().String()
+			go s.httpP.Serve(ctx, g)
+		} else {
+			s.socksAddr = ln.Addr().String()
+			go s.socksP.Serve(ctx, g)
+		}
+	}
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *stack) stop() {
+	for _, g := range s.gates {
+		g.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s.tracker.Shutdown(ctx)
+	for _, g := range s.gates {
+		g.Wait()
+	}
+	s.httpP.Wait()
+	s.socksP.Wait()
+	s.httpP.CloseIdle()
+	s.cancel()
+}
+
+// upstream is an origin on 127.0.0.1 with a slow endpoint.
+func upstream(t *testing.T) (*httptest.Server, int) {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/slow":
+			time.Sleep(300 * time.Millisecond)
+		case "/echo":
+			io.Copy(w, r.Body)
+			return
+		}
+		io.WriteString(w, "hello")
+	}))
+	t.Cleanup(srv.Close)
+	return srv, srv.Listener.Addr().(*net.TCPAddr).Port
+}
+
+func openFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// TestNoLeakWhenClientsVanish drops clients at every stage — before the
+// first byte, mid-frame, mid-head, mid-body, mid-handshake, while the
+// upstream is answering, inside tunnels — and checks that every goroutine
+// and descriptor the proxy opened for them is gone.
+func TestNoLeakWhenClientsVanish(t *testing.T) {
+	up, port := upstream(t)
+	s := newStack(t, testPolicy, Limits{HeaderTimeout: 2 * time.Second, IdleTimeout: 5 * time.Second}, "")
+	// Warm up lazily started runtime goroutines before taking the baseline.
+	httpGet(t, s.httpAddr, fmt.Sprintf("http://up.test:%d/", port))
+	s.httpP.CloseIdle()
+	up.CloseClientConnections()
+	time.Sleep(100 * time.Millisecond)
+	baseG, baseFD := runtime.NumGoroutine(), openFDs(t)
+
+	dial := func(addr string) net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	abort := func(c net.Conn) { // RST, like a killed client
+		c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+	}
+	scenarios := map[string]func(){
+		"before first byte": func() { abort(dial(s.httpAddr)) },
+		"mid frame":         func() { c := dial(s.httpAddr); c.Write([]byte("\x00CDX")); abort(c) },
+		"mid head": func() {
+			c := dial(s.httpAddr)
+			fmt.Fprintf(c, "GET http://up.test:%d/ HTTP/1.1\r\nHost: up", port)
+			abort(c)
+		},
+		"mid body": func() {
+			c := dial(s.httpAddr)
+			fmt.Fprintf(c, "POST http://up.test:%d/echo HTTP/1.1\r\nHost: up.test:%d\r\nContent-Length: 1000\r\n\r\npartial", port, port)
+			time.Sleep(20 * time.Millisecond)
+			abort(c)
+		},
+		"while upstream answers": func() {
+			c := dial(s.httpAddr)
+			fmt.Fprintf(c, "GET http://up.test:%d/slow HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", port, port)
+			time.Sleep(20 * time.Millisecond)
+			abort(c)
+		},
+		"socks mid handshake": func() { c := dial(s.socksAddr); c.Write([]byte{5, 1}); abort(c) },
+		"socks mid request": func() {
+			c := dial(s.socksAddr)
+			c.Write([]byte{5, 1, 0, 5, 1, 0, 3, 7, 'u', 'p'})
+			abort(c)
+		},
+		"inside CONNECT tunnel": func() {
+			c := dial(s.httpAddr)
+			fmt.Fprintf(c, "CONNECT up.test:%d HTTP/1.1\r\nHost: up.test\r\n\r\n", port)
+			br := bufio.NewReader(c)
+			if resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
+				t.Errorf("CONNECT: %v %v", resp, err)
+			}
+			fmt.Fprintf(c, "GET /slow HTTP/1.1\r\nHost: up.test\r\n\r\n")
+			abort(c)
+		},
+		"inside SOCKS tunnel": func() {
+			c := dial(s.socksAddr)
+			c.Write([]byte{5, 1, 0})
+			io.ReadFull(c, make([]byte, 2))
+			c.Write(append([]byte{5, 1, 0, 3, 7}, fmt.Sprintf("up.test%c%c", byte(port>>8), byte(port))...))
+			io.ReadFull(c, make([]byte, 10))
+			fmt.Fprintf(c, "GET /slow HTTP/1.1\r\nHost: up.test\r\n\r\n")
+			abort(c)
+		},
+	}
+	for name, run := range scenarios {
+		for i := 0; i < 10; i++ {
+			run()
+		}
+		_ = name
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		time.Sleep(200 * time.Millisecond)
+		s.httpP.CloseIdle()
+		up.CloseClientConnections()
+		// The runtime pools splice pipes; a GC releases them.
+		runtime.GC()
+		runtime.GC()
+		g, fd, open := runtime.NumGoroutine(), openFDs(t), s.tracker.Open()
+		if g <= baseG+1 && fd <= baseFD && open == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			n := runtime.Stack(buf, true)
+			t.Fatalf("leak: goroutines %d (baseline %d), fds %d (baseline %d: %v), open connections %d\n%s", g, baseG, fd, baseFD, fdTargets(), open, buf[:n])
+		}
+	}
+}
+
+func httpGet(t *testing.T, proxyAddr, target string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", proxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	host := strings.TrimPrefix(target, "http://")
+	host = host[:strings.Index(host, "/")]
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", target, host)
+	data, _ := io.ReadAll(c)
+	return string(data)
+}
+
+func TestTunnelIdleTimeout(t *testing.T) {
+	_, port := upstream(t)
+	s := newStack(t, testPolicy, Limits{IdleTimeout: 300 * time.Millisecond}, "")
+	c, err := net.Dial("tcp", s.httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT up.test:%d HTTP/1.1\r\nHost: up.test\r\n\r\n", port)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	// Traffic keeps it open past the idle period.
+	var lastAct time.Time
+	for i := 0; i < 3; i++ {
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: up.test\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d in the tunnel: %v", i, err)
+		}
+		io.ReadAll(resp.Body)
+		lastAct = time.Now()
+		time.Sleep(150 * time.Millisecond)
+	}
+	start := lastAct
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("idle tunnel sent data")
+	}
+	if d := time.Since(start); d < 200*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("idle tunnel closed after %s, want about 300ms", d)
+	}
+}
+
+func TestTunnelCarriesLargeTransferBothWays(t *testing.T) {
+	_, port := upstream(t)
+	s := newStack(t, testPolicy, Limits{}, "")
+	c, err := net.Dial("tcp", s.httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
+	// The CONNECT and the first tunneled bytes in one write: early data.
+	fmt.Fprintf(c, "CONNECT up.test:%d HTTP/1.1\r\nHost: up.test\r\n\r\nPOST /echo HTTP/1.1\r\nHost: up.test\r\nContent-Length: %d\r\n\r\n%s", port, len(body), body)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	if string(got) != body {
+		t.Fatalf("echo through the tunnel: %d bytes, want %d", len(got), len(body))
+	}
+}
+
+func TestDialerRechecksAddresses(t *testing.T) {
+	local := false
+	d := &Dialer{ConnectTimeout: time.Second, AllowLocalBinding: func() bool { return local }}
+	lo := netip.MustParseAddr("127.0.0.1")
+	if _, err := d.DialTarget(context.Background(), Target{Host: "x.test", Port: 9, Addrs: []netip.Addr{lo}}); !errors.Is(err, ErrNonPublic) {
+		t.Fatalf("non-public pinned address: %v", err)
+	}
+	mapped := netip.MustParseAddr("::ffff:10.0.0.1")
+	if _, err := d.DialTarget(context.Background(), Target{Host: "x.test", Port: 9, Addrs: []netip.Addr{mapped}}); !errors.Is(err, ErrNonPublic) {
+		t.Fatalf("IPv4-mapped private address: %v", err)
+	}
+	if _, err := d.DialTarget(context.Background(), Target{Host: "x.test", Port: 9}); !errors.Is(err, ErrNoAddresses) {
+		t.Fatalf("no pinned address: %v", err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	c, err := d.DialTarget(context.Background(), Target{Host: "127.0.0.1", Port: port, Addrs: []netip.Addr{lo}, LocalLiteral: true})
+	if err != nil {
+		t.Fatalf("allow-listed local literal: %v", err)
+	}
+	c.Close()
+	local = true
+	c, err = d.DialTarget(context.Background(), Target{Host: "127.0.0.1", Port: port})
+	if err != nil {
+		t.Fatalf("allow_local_binding: %v", err)
+	}
+	c.Close()
+	if _, err := d.DialContext(context.Background(), "tcp", "127.0.0.1:1"); !errors.Is(err, ErrNoTarget) {
+		t.Fatalf("transport dial without a decision: %v", err)
+	}
+}
+
+func TestDialReplyCodes(t *testing.T) {
+	cases := []struct {
+		err  error
+		want byte
+	}{
+		{fmt.Errorf("%w 10.0.0.1", ErrNonPublic), socksNotAllowed},
+		{&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, socksConnectionRefused},
+		{context.DeadlineExceeded, socksTTLExpired},
+		{&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.EHOSTUNREACH)}, socksHostUnreachable},
+		{&net.DNSError{Err: "no such host", Name: "x"}, socksHostUnreachable},
+	}
+	for _, c := range cases {
+		if got := dialReply(c.err); got != c.want {
+			t.Errorf("dialReply(%v) = 0x%02x, want 0x%02x", c.err, got, c.want)
+		}
+	}
+}
+
+func TestThroughParentProxy(t *testing.T) {
+	_, port := upstream(t)
+	parent := newStack(t, testPolicy, Limits{}, "")
+	child := newStack(t, testPolicy, Limits{}, parent.httpAddr)
+	out := httpGet(t, child.httpAddr, fmt.Sprintf("http://up.test:%d/", port))
+	if !strings.HasSuffix(out, "hello") {
+		t.Fatalf("plain HTTP through the parent: %q", out)
+	}
+	c, err := net.Dial("tcp", child.httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT up.test:%d HTTP/1.1\r\nHost: up.test\r\n\r\nGET / HTTP/1.1\r\nHost: up.test\r\nConnection: close\r\n\r\n", port)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT through the parent: %v %v", resp, err)
+	}
+	data, _ := io.ReadAll(br)
+	if !strings.HasSuffix(string(data), "hello") {
+		t.Fatalf("tunnel through the parent: %q", data)
+	}
+	if n := parent.decisions.Load(); n != 2 {
+		t.Fatalf("parent saw %d requests, want 2", n)
+	}
+}
+
+func TestRequestLimitsAndFraming(t *testing.T) {
+	_, port := upstream(t)
+	s := newStack(t, testPolicy, Limits{MaxHeaderBytes: 2048}, "")
+	big := fmt.Sprintf("GET http://up.test:%d/ HTTP/1.1\r\nHost: up.test:%d\r\nX-Big: %s\r\n\r\n", port, port, strings.Repeat("a", 8192))
+	c, _ := net.Dial("tcp", s.httpAddr)
+	c.Write([]byte(big))
+	data, _ := io.ReadAll(c)
+	c.Close()
+	if !strings.HasPrefix(string(data), "HTTP/1.1 431") {
+		t.Fatalf("oversized head: %q", data)
+	}
+
+	// Expect: 100-continue: the proxy tells the client to send the body.
+	c, _ = net.Dial("tcp", s.httpAddr)
+	defer c.Close()
+	fmt.Fprintf(c, "POST http://up.test:%d/echo HTTP/1.1\r\nHost: up.test:%d\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n", port, port)
+	br := bufio.NewReader(c)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100") {
+		t.Fatalf("want 100 Continue first, got %q %v", line, err)
+	}
+	br.ReadString('\n')
+	c.Write([]byte("ping"))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if string(body) != "ping" {
+		t.Fatalf("echo %q", body)
+	}
+
+	// HTTP/1.0 without keep-alive: the response ends the connection.
+	c2, _ := net.Dial("tcp", s.httpAddr)
+	defer c2.Close()
+	fmt.Fprintf(c2, "GET http://up.test:%d/ HTTP/1.0\r\n\r\n", port)
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	data, err = io.ReadAll(c2)
+	if err != nil || !strings.HasSuffix(string(data), "hello") {
+		t.Fatalf("HTTP/1.0: %q %v", data, err)
+	}
+}
+
+func fdTargets() []string {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	var out []string
+	for _, e := range ents {
+		l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+		out = append(out, l)
+	}
+	return out
+}

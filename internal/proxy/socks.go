@@ -1,0 +1,215 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	socks5 "github.com/armon/go-socks5"
+
+	"github.com/netproxy/netproxy/hostpolicy"
+)
+
+// SOCKS5 reply codes (RFC 1928 §6) that netproxy chooses itself.
+const (
+	socksSucceeded         = 0x00
+	socksGeneralFailure    = 0x01
+	socksNotAllowed        = 0x02
+	socksHostUnreachable   = 0x04
+	socksConnectionRefused = 0x05
+	socksTTLExpired        = 0x06
+)
+
+// SOCKSProxy is the SOCKS5 listener's front end on github.com/armon/go-socks5:
+// the library speaks the handshake (no-auth only, CONNECT only), and
+// netproxy supplies a resolver that never resolves, the policy check as the
+// library's rule set, and the pinned dialer.
+type SOCKSProxy struct {
+	core   *Core
+	limits Limits
+	wg     sync.WaitGroup
+	logger *log.Logger
+}
+
+// NewSOCKS builds the SOCKS5 front end over core.
+func NewSOCKS(core *Core) *SOCKSProxy {
+	return &SOCKSProxy{core: core, limits: core.Limits.withDefaults(), logger: log.New(io.Discard, "", 0)}
+}
+
+// Serve accepts admitted connections from g until it is closed.
+func (s *SOCKSProxy) Serve(ctx context.Context, g *Gate) error {
+	for {
+		c, err := g.AcceptConn()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.ServeConn(ctx, c)
+		}()
+	}
+}
+
+// Wait blocks until every connection handler returned.
+func (s *SOCKSProxy) Wait() { s.wg.Wait() }
+
+// noResolve keeps names as names: the policy sees the name first, and only
+// the pinned dialer ever connects.
+type noResolve struct{}
+
+func (noResolve) Resolve(ctx context.Context, name string) (context.Context, net.IP, error) {
+	return ctx, nil, nil
+}
+
+// socksConn is the connection the library sees. During the handshake it
+// hands out one byte per read, so the library's buffered reader never holds
+// bytes past the request (the tunnel takes the raw socket afterwards). Once
+// netproxy has written the reply itself, it is muted so the library's own
+// reply is never sent.
+type socksConn struct {
+	*Conn
+	muted atomic.Bool
+}
+
+func (c *socksConn) Read(p []byte) (int, error) {
+	if len(p) > 1 {
+		p = p[:1]
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *socksConn) Write(p []byte) (int, error) {
+	if c.muted.Load() {
+		return 0, errMuted
+	}
+	return c.Conn.Write(p)
+}
+
+var errMuted = errors.New("reply already sent")
+
+// errTunnelDone tells the library the connection is finished (its reply
+// write then fails on the muted connection and it returns).
+var errTunnelDone = errors.New("tunnel finished")
+
+type ruleFunc func(ctx context.Context, req *socks5.Request) (context.Context, bool)
+
+func (f ruleFunc) Allow(ctx context.Context, req *socks5.Request) (context.Context, bool) {
+	return f(ctx, req)
+}
+
+// ServeConn runs one SOCKS5 connection.
+func (s *SOCKSProxy) ServeConn(ctx context.Context, c *Conn) {
+	sc := &socksConn{Conn: c}
+	defer sc.Close()
+	c.SetDeadline(time.Now().Add(s.limits.HeaderTimeout))
+	var decision hostpolicy.Decision
+	var hreq hostpolicy.Request
+
+	rules := ruleFunc(func(rctx context.Context, req *socks5.Request) (context.Context, bool) {
+		if req.Command != socks5.ConnectCommand {
+			return rctx, true // the library answers BIND/UDP with 0x07
+		}
+		if !s.core.stillAttributed(c) {
+			return rctx, false
+		}
+		host := req.DestAddr.FQDN
+		if host == "" && req.DestAddr.IP != nil {
+			host = req.DestAddr.IP.String()
+		}
+		port := req.DestAddr.Port
+		if port < 1 || port > 65535 {
+			return rctx, false
+		}
+		hreq = s.core.request(c, host, uint16(port), hostpolicy.ProtoSOCKS5, "")
+		// The handshake is over; a review may take a while.
+		c.SetDeadline(time.Time{})
+		decision = s.core.decide(ctx, hreq)
+		if !decision.Allowed() {
+			return rctx, false
+		}
+		return rctx, true
+	})
+	dial := func(dctx context.Context, network, addr string) (net.Conn, error) {
+		if !decision.Allowed() {
+			return nil, ErrNoTarget
+		}
+		up, err := s.core.Dialer.DialTarget(ctx, TargetOf(decision))
+		if err != nil {
+			s.core.logger().Info("upstream failure", "protocol", "socks5-tcp", "host", decision.Host, "port", decision.Port, "error", err.Error())
+			s.reply(sc, dialReply(err), nil)
+			sc.muted.Store(true)
+			return nil, err
+		}
+		local, _ := up.LocalAddr().(*net.TCPAddr)
+		if err := s.reply(sc, socksSucceeded, local); err != nil {
+			up.Close()
+			sc.muted.Store(true)
+			return nil, err
+		}
+		sc.muted.Store(true)
+		t := &Tunnel{Client: c.TCPConn, Upstream: up, Idle: s.limits.IdleTimeout, Protocol: hostpolicy.ProtoSOCKS5, Meter: s.core.Meter}
+		t.Run()
+		return nil, errTunnelDone
+	}
+	srv, err := socks5.New(&socks5.Config{
+		AuthMethods: []socks5.Authenticator{socks5.NoAuthAuthenticator{}},
+		Resolver:    noResolve{},
+		Rules:       rules,
+		Logger:      s.logger,
+		Dial:        dial,
+	})
+	if err != nil {
+		return
+	}
+	srv.ServeConn(sc)
+}
+
+// reply writes a SOCKS5 reply with the bound address (0.0.0.0:0 if none).
+func (s *SOCKSProxy) reply(c *socksConn, code byte, bound *net.TCPAddr) error {
+	msg := []byte{0x05, code, 0x00}
+	if bound != nil && bound.IP.To4() != nil {
+		msg = append(msg, 0x01)
+		msg = append(msg, bound.IP.To4()...)
+	} else if bound != nil && len(bound.IP) == net.IPv6len {
+		msg = append(msg, 0x04)
+		msg = append(msg, bound.IP...)
+	} else {
+		msg = append(msg, 0x01, 0, 0, 0, 0)
+	}
+	port := 0
+	if bound != nil {
+		port = bound.Port
+	}
+	msg = append(msg, byte(port>>8), byte(port))
+	_, err := c.Conn.Write(msg)
+	return err
+}
+
+// dialReply maps a dial failure to a SOCKS5 reply (SPEC §3.7).
+func dialReply(err error) byte {
+	switch {
+	case errors.Is(err, ErrNonPublic):
+		return socksNotAllowed
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return socksConnectionRefused
+	case errors.Is(err, context.DeadlineExceeded), isTimeout(err):
+		return socksTTLExpired
+	case errors.Is(err, ErrNoAddresses), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return socksHostUnreachable
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return socksHostUnreachable
+	}
+	return socksHostUnreachable
+}

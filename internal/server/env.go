@@ -1,0 +1,10 @@
+package server
+
+import (
+	"os"
+	"syscall"
+)
+
+var errAddrInUse = syscall.EADDRINUSE
+
+func lookupEnv(name string) string { return os.Getenv(name) }

@@ -1,0 +1,457 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/netproxy/netproxy/attribution"
+)
+
+// The test binary doubles as the re-exec init.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "__sandbox-init" {
+		os.Exit(InitMain())
+	}
+	os.Exit(m.Run())
+}
+
+type runOut struct {
+	Result
+	Stdout, Stderr string
+}
+
+func sandboxRun(t *testing.T, s Spec) runOut {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if s.Stdout == nil {
+		s.Stdout = &out
+	}
+	if s.Stderr == nil {
+		s.Stderr = &errb
+	}
+	if s.Env == nil {
+		s.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=/nonexistent", "LANG=C"}
+	}
+	if s.Kind == "" {
+		s.Kind = KindWorkspaceWrite
+	}
+	if s.Network == "" {
+		s.Network = NetworkNone
+	}
+	if s.Timeout == 0 {
+		s.Timeout = 20 * time.Second
+	}
+	if s.Tier == "" {
+		s.Tier = TierNamespaces
+	}
+	res, err := Run(context.Background(), s)
+	if err != nil {
+		t.Fatalf("Run(%q): %v\nstderr: %s", s.Argv, err, errb.String())
+	}
+	return runOut{res, out.String(), errb.String()}
+}
+
+// workdir is a directory the current (possibly unprivileged) user owns.
+func workdir(t *testing.T) string {
+	d := t.TempDir()
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func sh(script string) []string { return []string{"/bin/sh", "-c", script} }
+
+func TestSandboxFilesystem(t *testing.T) {
+	wd := workdir(t)
+	if err := os.WriteFile(filepath.Join(os.TempDir(), "execwrap-host-marker"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := sandboxRun(t, Spec{Cwd: wd, Argv: sh(`
+echo hi > inside.txt || exit 10
+if touch /etc/execwrap-escape 2>/dev/null; then exit 11; fi
+if [ -e /tmp/execwrap-host-marker ]; then exit 12; fi
+touch /tmp/private || exit 13
+touch /dev/shm/private || exit 14
+grep -q '^PPid:	1$' /proc/$$/status || exit 15
+echo data > /dev/null || exit 16
+grep -q '^CapEff:	0000000000000000' /proc/self/status || exit 17
+grep -q '^NoNewPrivs:	1' /proc/self/status || exit 18
+grep -q '^Seccomp:	2' /proc/self/status || exit 19
+[ "$(hostname)" = sandbox ] || exit 20
+exit 3`)})
+	if r.ExitCode != 3 {
+		t.Fatalf("exit = %d, stderr: %s (10 write workdir, 11 /etc writable, 12 host /tmp visible, 13/14 private tmp, 15 pid ns, 16 /dev/null, 17 caps, 18 nnp, 19 seccomp, 20 uts)", r.ExitCode, r.Stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(wd, "inside.txt")); err != nil || string(b) != "hi\n" {
+		t.Fatalf("workdir write did not reach the host: %q %v", b, err)
+	}
+	if _, err := os.Stat("/etc/execwrap-escape"); err == nil {
+		os.Remove("/etc/execwrap-escape")
+		t.Fatal("the sandbox wrote to the host's /etc")
+	}
+	if r.Tier != TierNamespaces || r.LandlockABI == 0 && LandlockABI() > 0 {
+		t.Fatalf("tier %s, landlock ABI %d (kernel %d)", r.Tier, r.LandlockABI, LandlockABI())
+	}
+}
+
+func TestSandboxOutsideWriteIsReadOnlyError(t *testing.T) {
+	wd := workdir(t)
+	r := sandboxRun(t, Spec{Cwd: wd, Argv: sh(`touch /etc/execwrap-x`)})
+	if r.ExitCode == 0 || !strings.Contains(r.Stderr, "Read-only file system") {
+		t.Fatalf("exit %d stderr %q: want EROFS", r.ExitCode, r.Stderr)
+	}
+	if d := ClassifyDenial(true, r.ExitCode, r.TimedOut, []byte(r.Stdout), []byte(r.Stderr)); !d.Denied {
+		t.Fatalf("EROFS not classified as a sandbox denial: %+v", d)
+	}
+}
+
+func TestSandboxReadOnlyKind(t *testing.T) {
+	wd := workdir(t)
+	r := sandboxRun(t, Spec{Cwd: wd, Kind: KindReadOnly, Argv: sh(`ls >/dev/null || exit 4; touch x 2>/dev/null && exit 5; touch /tmp/y || exit 6; exit 0`)})
+	if r.ExitCode != 0 {
+		t.Fatalf("exit %d (4 cwd unreadable, 5 cwd writable, 6 private tmp), stderr %s", r.ExitCode, r.Stderr)
+	}
+}
+
+func TestSandboxWritableRootAndProtectedGit(t *testing.T) {
+	wd, extra := workdir(t), workdir(t)
+	for _, d := range []string{filepath.Join(wd, ".git"), filepath.Join(wd, ".git", "hooks")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/etc", filepath.Join(wd, ".hg")); err != nil {
+		t.Fatal(err)
+	}
+	r := sandboxRun(t, Spec{Cwd: wd, WritableRoots: []string{extra}, Argv: sh(`
+echo x > ` + extra + `/ok || exit 4
+touch .git/config 2>/dev/null && exit 5
+touch .git/hooks/pre-commit 2>/dev/null && exit 6
+rm -rf .git 2>/dev/null; [ -d .git ] || exit 7
+rm .hg 2>/dev/null && exit 8
+touch src.txt || exit 9
+exit 0`)})
+	if r.ExitCode != 0 {
+		t.Fatalf("exit %d (4 writable root, 5/6 .git writable, 7 .git removed, 8 protected symlink removed, 9 workdir), stderr %s", r.ExitCode, r.Stderr)
+	}
+	if _, err := os.Stat(filepath.Join(extra, "ok")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The remount attack of reference sandbox.md Part B §5c: with all
+// capabilities dropped, remounting / read-write must fail.
+func TestSandboxRemountAttackFails(t *testing.T) {
+	wd := workdir(t)
+	r := sandboxRun(t, Spec{Cwd: wd, Argv: sh(`
+mount -o remount,rw / 2>/dev/null && exit 4
+mount -o remount,bind,rw / 2>/dev/null && exit 5
+umount /tmp 2>/dev/null && exit 6
+unshare -Urm sh -c 'mount -o remount,rw /' 2>/dev/null && exit 7
+touch /etc/execwrap-remount 2>/dev/null && exit 8
+exit 0`)})
+	if r.ExitCode != 0 {
+		os.Remove("/etc/execwrap-remount")
+		t.Fatalf("exit %d (4/5 remount, 6 umount, 7 nested userns, 8 write), stderr %s", r.ExitCode, r.Stderr)
+	}
+}
+
+func TestSandboxSeccompSocketFamilies(t *testing.T) {
+	wd := workdir(t)
+	r := sandboxRun(t, Spec{Cwd: wd, Argv: []string{"perl", "-e", `
+use Socket;
+socket(my $u, PF_UNIX, SOCK_STREAM, 0) and exit 4;
+$!{EPERM} or exit 5;
+socket(my $n, 16, SOCK_RAW, 0) and exit 6;
+socket(my $i, PF_INET, SOCK_STREAM, 0) or exit 7;
+socketpair(my $a, my $b, AF_UNIX, SOCK_STREAM, 0) or exit 8;
+exit 0;`}})
+	if r.ExitCode != 0 {
+		t.Fatalf("exit %d (4 AF_UNIX allowed, 5 not EPERM, 6 netlink allowed, 7 AF_INET denied, 8 socketpair denied), stderr %s", r.ExitCode, r.Stderr)
+	}
+}
+
+func TestSandboxExitAndSignal(t *testing.T) {
+	wd := workdir(t)
+	r := sandboxRun(t, Spec{Cwd: wd, Argv: sh(`kill -TERM $$`)})
+	if r.ExitCode != 143 || r.Signal != "SIGTERM" {
+		t.Fatalf("got exit %d signal %q, want 143 SIGTERM", r.ExitCode, r.Signal)
+	}
+	r = sandboxRun(t, Spec{Cwd: wd, Argv: []string{"no-such-command-xyz"}})
+	if r.ExitCode != 127 {
+		t.Fatalf("missing command: exit %d, want 127", r.ExitCode)
+	}
+}
+
+func TestSandboxSignalForwarding(t *testing.T) {
+	wd := workdir(t)
+	sigs := make(chan Signal, 1)
+	go func() {
+		// Wait until the command is running (it writes the marker).
+		for range 200 {
+			if _, err := os.Stat(filepath.Join(wd, "started")); err == nil {
+				sigs <- Signal(15)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	r := sandboxRun(t, Spec{Cwd: wd, Signals: sigs, Argv: sh(`touch started; sleep 30`)})
+	if r.ExitCode != 143 && r.ExitCode != 128+15 {
+		t.Fatalf("exit %d signal %q: SIGTERM was not forwarded", r.ExitCode, r.Signal)
+	}
+}
+
+// tickFile is written by a grandchild every 20 ms; after the timeout it must
+// stop changing.
+func assertTickStops(t *testing.T, tick string) {
+	t.Helper()
+	b1, _ := os.ReadFile(tick)
+	time.Sleep(300 * time.Millisecond)
+	b2, _ := os.ReadFile(tick)
+	if len(b1) == 0 {
+		t.Fatal("the grandchild never ran")
+	}
+	if !bytes.Equal(b1, b2) {
+		t.Fatal("a grandchild survived the timeout")
+	}
+}
+
+func TestSandboxTimeoutKillsGrandchildren(t *testing.T) {
+	for _, tier := range []Tier{TierNamespaces, TierLandlock} {
+		t.Run(string(tier), func(t *testing.T) {
+			if tier == TierLandlock && LandlockABI() < 4 {
+				t.Skipf("landlock ABI %d < 4: the landlock tier is unavailable here (doctor reports it)", LandlockABI())
+			}
+			wd := workdir(t)
+			start := time.Now()
+			r := sandboxRun(t, Spec{Cwd: wd, Tier: tier, Timeout: 3 * time.Second, Argv: sh(
+				`(sh -c 'while :; do date +%s%N > tick; sleep 0.02; done' &) ; while [ ! -s tick ]; do sleep 0.01; done; sleep 30`)})
+			if !r.TimedOut || r.ExitCode != TimeoutExitCode {
+				t.Fatalf("timed_out %v exit %d", r.TimedOut, r.ExitCode)
+			}
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("the timeout took %v", time.Since(start))
+			}
+			assertTickStops(t, filepath.Join(wd, "tick"))
+		})
+	}
+}
+
+func TestSandboxNetworkNone(t *testing.T) {
+	wd := workdir(t)
+	r := sandboxRun(t, Spec{Cwd: wd, Argv: sh(`
+curl -sS -m 3 http://1.1.1.1/ >/dev/null 2>&1 && exit 4
+n=$(grep -c : /proc/net/dev); [ "$n" = 1 ] || exit 5
+exit 0`)})
+	if r.ExitCode != 0 {
+		t.Fatalf("exit %d (4 direct egress worked, 5 interfaces besides lo), stderr %s", r.ExitCode, r.Stderr)
+	}
+}
+
+// framingProxy is a minimal stand-in for netproxy's HTTP listener: it reads
+// the attribution frame with attribution.ReadFrame, records the token and
+// answers every proxied request with 200 "via-proxy".
+type framingProxy struct {
+	ln       net.Listener
+	mu       sync.Mutex
+	tokens   []string
+	unframed int
+}
+
+func startFramingProxy(t *testing.T) *framingProxy {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &framingProxy{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	return p
+}
+
+func (p *framingProxy) serve(c net.Conn) {
+	defer c.Close()
+	tok, framed, err := attribution.ReadFrame(c, 3*time.Second)
+	p.mu.Lock()
+	if framed && err == nil {
+		p.tokens = append(p.tokens, tok)
+	} else {
+		p.unframed++
+	}
+	p.mu.Unlock()
+	if err != nil || !framed {
+		return
+	}
+	req, err := http.ReadRequest(bufio.NewReader(c))
+	if err != nil {
+		return
+	}
+	io.Copy(io.Discard, req.Body)
+	fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nvia-proxy")
+}
+
+func (p *framingProxy) seen() ([]string, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.tokens...), p.unframed
+}
+
+func TestSandboxProxiedBridge(t *testing.T) {
+	for _, tier := range []Tier{TierNamespaces, TierLandlock} {
+		t.Run(string(tier), func(t *testing.T) {
+			if tier == TierLandlock && LandlockABI() < 4 {
+				t.Skipf("landlock ABI %d < 4", LandlockABI())
+			}
+			p := startFramingProxy(t)
+			token := "tok-" + strings.Repeat("a1", 16)
+			wd := workdir(t)
+			port := p.ln.Addr().(*net.TCPAddr).Port
+			r := sandboxRun(t, Spec{Cwd: wd, Tier: tier, Network: NetworkProxied,
+				Proxy: &ProxyTarget{HTTPAddr: p.ln.Addr().String(), Token: token, WriteFrame: attribution.WriteFrame},
+				Argv: sh(fmt.Sprintf(`
+out=$(curl -sS -m 5 http://upstream.test/x) || exit 4
+[ "$out" = via-proxy ] || exit 5
+curl -sS -m 3 --noproxy '*' http://127.0.0.1:%d/ >/dev/null 2>&1 && exit 6
+curl -sS -m 3 --noproxy '*' http://1.1.1.1/ >/dev/null 2>&1 && exit 7
+env; cat /proc/self/environ; cat /proc/1/environ /proc/1/cmdline 2>/dev/null
+for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat "$f" 2>/dev/null; done
+exit 0`, port))})
+			if r.ExitCode != 0 {
+				t.Fatalf("exit %d (4 curl through proxy failed, 5 wrong body, 6 reached the proxy port directly, 7 direct egress), stderr %s", r.ExitCode, r.Stderr)
+			}
+			if strings.Contains(r.Stdout, token) || strings.Contains(r.Stderr, token) {
+				t.Fatal("the attribution token is visible inside the sandbox")
+			}
+			if !strings.Contains(r.Stdout, "http_proxy=http://127.0.0.1:") || !strings.Contains(r.Stdout, "HTTPS_PROXY=http://127.0.0.1:") {
+				t.Fatalf("proxy variables missing from the sandbox env:\n%s", r.Stdout)
+			}
+			toks, unframed := p.seen()
+			if len(toks) == 0 || toks[0] != token {
+				t.Fatalf("proxy saw tokens %q (unframed %d), want %q", toks, unframed, token)
+			}
+			if unframed != 0 {
+				t.Fatalf("%d unframed connections reached the proxy", unframed)
+			}
+		})
+	}
+}
+
+func TestSandboxStop(t *testing.T) {
+	wd := workdir(t)
+	stop := make(chan struct{})
+	time.AfterFunc(300*time.Millisecond, func() { close(stop) })
+	r := sandboxRun(t, Spec{Cwd: wd, Stop: stop, Argv: sh(`sleep 30`)})
+	if !r.Stopped || r.ExitCode != 137 {
+		t.Fatalf("stopped %v exit %d", r.Stopped, r.ExitCode)
+	}
+}
+
+func TestSandboxLandlockTierFilesystem(t *testing.T) {
+	if LandlockABI() < 4 {
+		t.Skipf("landlock ABI %d < 4", LandlockABI())
+	}
+	wd := workdir(t)
+	r := sandboxRun(t, Spec{Cwd: wd, Tier: TierLandlock, Argv: sh(`
+echo ok > in.txt || exit 4
+touch /etc/execwrap-ll 2>/dev/null && exit 5
+touch "$TMPDIR/t" || exit 6
+curl -sS -m 3 http://1.1.1.1/ >/dev/null 2>&1 && exit 7
+exit 0`)})
+	if r.ExitCode != 0 {
+		os.Remove("/etc/execwrap-ll")
+		t.Fatalf("exit %d (4 workdir, 5 /etc writable, 6 private TMPDIR, 7 egress), stderr %s", r.ExitCode, r.Stderr)
+	}
+	if r.Tier != TierLandlock {
+		t.Fatalf("tier %s", r.Tier)
+	}
+}
+
+func TestSandboxSetupErrorFailsClosed(t *testing.T) {
+	wd := workdir(t)
+	_, err := Run(context.Background(), Spec{Cwd: wd, Argv: []string{"true"}, Kind: KindWorkspaceWrite, Network: NetworkNone,
+		Tier: TierNamespaces, WritableRoots: []string{"/nonexistent-root-xyz"}})
+	if err == nil {
+		t.Fatal("a missing writable root must fail the setup")
+	}
+	if _, ok := err.(*SetupError); !ok {
+		t.Fatalf("want *SetupError, got %T %v", err, err)
+	}
+	_, err = Run(context.Background(), Spec{Cwd: wd, Argv: []string{"true"}, Kind: KindWorkspaceWrite, Network: NetworkProxied})
+	if err == nil {
+		t.Fatal("proxied without a registered execution must fail")
+	}
+	_, err = Run(context.Background(), Spec{Cwd: wd, Argv: []string{"true"}, Kind: KindReadOnly, Network: NetworkHost})
+	if err == nil {
+		t.Fatal("host network with a confining sandbox must fail")
+	}
+}
+
+// TestSandboxUnprivileged re-runs the behaviour tests as `nobody` through
+// setpriv when the suite runs as root.
+func TestSandboxUnprivileged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("already unprivileged: the other tests cover this user")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatal("setpriv (util-linux) is required to test the unprivileged path; run scripts/install-test-deps.sh")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "execwrap-unpriv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "sandbox.test")
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, "tmp")
+	os.Mkdir(tmp, 0o777)
+	os.Chmod(tmp, 0o1777)
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--", bin,
+		"-test.run", "^(TestSandboxFilesystem|TestSandboxRemountAttackFails|TestSandboxProxiedBridge|TestSandboxTimeoutKillsGrandchildren|TestSandboxSeccompSocketFamilies|TestSandboxWritableRootAndProtectedGit)$", "-test.count=1", "-test.v")
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "TMPDIR=" + tmp, "HOME=" + tmp}
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("unprivileged run failed: %v\n%s", err, out)
+	}
+	for _, name := range []string{"TestSandboxFilesystem", "TestSandboxRemountAttackFails", "TestSandboxProxiedBridge/namespaces",
+		"TestSandboxTimeoutKillsGrandchildren/namespaces", "TestSandboxSeccompSocketFamilies", "TestSandboxWritableRootAndProtectedGit"} {
+		if !strings.Contains(string(out), "--- PASS: "+name+" ") {
+			t.Errorf("as nobody, %s did not pass:\n%s", name, out)
+		}
+	}
+	t.Logf("as nobody:\n%s", out)
+}
