@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/netproxy/netproxy/attribution"
@@ -101,7 +100,7 @@ func (s *Service) DecideExec(ctx context.Context, req ExecRequest) (ExecResponse
 		addl = json.RawMessage("null")
 	}
 	ident, _ := json.Marshal(execIdentity{Command: req.Command, Cwd: req.Cwd, TTY: req.TTY, SandboxPermissions: sandbox, AdditionalPermissions: addl})
-	key := strings.Join([]string{"exec", sessID, env, string(ident)}, "\x00")
+	key := cacheKey{kind: KindExec, session: sessID, env: env, ident: string(ident)}
 	check := func() (result, bool) {
 		hit, allow := sess.cached(key)
 		if !hit {
@@ -125,7 +124,7 @@ func (s *Service) DecideExec(ctx context.Context, req ExecRequest) (ExecResponse
 	return ExecResponse{ID: r.approvalID, Decision: r.outcome, Approved: r.allow, Reviewer: r.reviewer, Rationale: r.rationale, Risk: r.risk, AmendmentPersisted: r.persisted}, nil
 }
 
-func (s *Service) reviewExec(ctx context.Context, f *flight, sess *session, owner *attribution.Execution, env, key string, req ExecRequest, sandbox string) result {
+func (s *Service) reviewExec(ctx context.Context, f *flight, sess *session, owner *attribution.Execution, env string, key cacheKey, req ExecRequest, sandbox string) result {
 	start := s.now()
 	a := Approval{
 		ID: newID(), Kind: KindExec, Status: StatusPending, SessionID: sess.id, EnvironmentID: env, ExecutionID: req.ExecutionID,

@@ -108,7 +108,7 @@ type Service struct {
 	sessions  *lru.Cache[string, *session]
 
 	flightMu sync.Mutex
-	flights  map[string]*flight
+	flights  map[cacheKey]*flight
 
 	persistMu sync.Mutex // serialises amendments (live list + rules file)
 
@@ -167,7 +167,7 @@ func New(opts Options) (*Service, error) {
 		enabled: opts.Config.Enabled, policy: pol, reviewer: rev, timeout: timeout, hooks: hooks, hookEnv: env,
 		guardian: opts.Guardian, userReviewer: opts.UserReviewer, owners: opts.Owners, publisher: opts.Publisher,
 		amender: opts.Amender, rules: opts.Rules, metrics: opts.Metrics, audit: opts.Audit, log: log, now: now,
-		cacheSize: opts.CacheSize, sessions: sessions, flights: map[string]*flight{},
+		cacheSize: opts.CacheSize, sessions: sessions, flights: map[cacheKey]*flight{},
 		queue: newQueue(), blocked: newBlockedRing(BlockedCapacity), bus: newBus(),
 	}
 	if s.metrics == nil {
@@ -204,6 +204,18 @@ next:
 // ---------------------------------------------------------------------------
 // Sessions and caches
 
+// cacheKey identifies what an approval covers within a session: for network
+// requests (session, environment, host, protocol, port), for exec requests
+// (session, environment, approval identity JSON). A struct key costs no
+// allocation on the cache-hit path.
+type cacheKey struct {
+	kind, session, env string
+	host               string
+	proto              hostpolicy.Protocol
+	port               uint16
+	ident              string
+}
+
 // session holds one session's approvals. Caches are bounded; the deny cache
 // is always consulted first.
 type session struct {
@@ -211,8 +223,8 @@ type session struct {
 	defaultEnv string
 	policy     ApprovalPolicy
 	reviewer   string
-	allow      *lru.Cache[string, struct{}]
-	deny       *lru.Cache[string, struct{}]
+	allow      *lru.Cache[cacheKey, struct{}]
+	deny       *lru.Cache[cacheKey, struct{}]
 }
 
 // session returns the session id, creating it on first use with the
@@ -232,14 +244,14 @@ func (s *Service) session(id string, creator *attribution.Execution) *session {
 		sess.policy = Narrow(sess.policy, creator.ApprovalPolicy)
 		sess.reviewer = NarrowReviewer(sess.reviewer, creator.Reviewer)
 	}
-	sess.allow, _ = lru.New[string, struct{}](s.cacheSize)
-	sess.deny, _ = lru.New[string, struct{}](s.cacheSize)
+	sess.allow, _ = lru.New[cacheKey, struct{}](s.cacheSize)
+	sess.deny, _ = lru.New[cacheKey, struct{}](s.cacheSize)
 	s.sessions.Add(id, sess)
 	return sess
 }
 
 // cached reports a cache hit: deny first, then allow.
-func (sess *session) cached(key string) (hit, allow bool) {
+func (sess *session) cached(key cacheKey) (hit, allow bool) {
 	if sess.deny.Contains(key) {
 		return true, false
 	}
@@ -342,7 +354,7 @@ type flight struct {
 // the flight lock before a new review starts, so a request that races with
 // the end of a review sees the cache that review filled. The review runs on
 // the service's context: a waiter that gives up never aborts it for others.
-func (s *Service) await(ctx context.Context, key, ownerID string, check func() (result, bool), run func(ctx context.Context, f *flight) result) result {
+func (s *Service) await(ctx context.Context, key cacheKey, ownerID string, check func() (result, bool), run func(ctx context.Context, f *flight) result) result {
 	s.flightMu.Lock()
 	f, ok := s.flights[key]
 	if !ok {
@@ -446,7 +458,7 @@ func (s *Service) Decide(ctx context.Context, req hostpolicy.Request, base hostp
 	if port == 0 {
 		port = req.Port
 	}
-	key := strings.Join([]string{"net", sessID, env, base.Host, string(req.Protocol), fmt.Sprint(port)}, "\x00")
+	key := cacheKey{kind: KindNetwork, session: sessID, env: env, host: base.Host, proto: req.Protocol, port: port}
 	check := func() (result, bool) {
 		hit, allow := sess.cached(key)
 		if !hit {
@@ -503,7 +515,7 @@ type netReview struct {
 	host  string
 	port  uint16
 	proto hostpolicy.Protocol
-	key   string
+	key   cacheKey
 }
 
 // reviewNetwork runs steps 4–7 of SPEC §5 for one key.

@@ -212,9 +212,10 @@ func TestSessionCacheKey(t *testing.T) {
 func TestDenyCacheBeforeAllowCache(t *testing.T) {
 	r := newRig(t)
 	sess := r.svc.session("s", nil)
-	sess.allow.Add("k", struct{}{})
-	sess.deny.Add("k", struct{}{})
-	if hit, allow := sess.cached("k"); !hit || allow {
+	k := cacheKey{kind: KindNetwork, session: "s", host: "h", port: 1}
+	sess.allow.Add(k, struct{}{})
+	sess.deny.Add(k, struct{}{})
+	if hit, allow := sess.cached(k); !hit || allow {
 		t.Fatalf("hit=%t allow=%t, want the deny cache", hit, allow)
 	}
 }

@@ -2,6 +2,7 @@ package hostpolicy
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"strings"
 	"sync"
@@ -29,10 +30,12 @@ type Engine struct {
 
 	// Live amendments (allow_always / deny_always) survive Swap: they are
 	// the reviewer's word and are also persisted as rules by the caller.
-	amendMu    sync.RWMutex
-	amendAllow map[string]struct{}
-	amendDeny  map[string]struct{}
+	// Copy-on-write: Evaluate reads them without a lock; Amend is rare.
+	amendMu sync.Mutex
+	amends  atomic.Pointer[amendments]
 }
+
+type amendments struct{ allow, deny map[string]struct{} }
 
 type engineState struct {
 	policy *Policy
@@ -46,7 +49,8 @@ func NewEngine(p *Policy, r Resolver, mode string, d Decider) *Engine {
 	if r == nil {
 		r = NewResolver(nil, DefaultDNSTimeout)
 	}
-	e := &Engine{resolver: r, decider: d, amendAllow: map[string]struct{}{}, amendDeny: map[string]struct{}{}}
+	e := &Engine{resolver: r, decider: d}
+	e.amends.Store(&amendments{allow: map[string]struct{}{}, deny: map[string]struct{}{}})
 	e.state.Store(&engineState{policy: orEmpty(p), mode: mode})
 	return e
 }
@@ -85,21 +89,27 @@ func (e *Engine) Amend(host string, d Verdict) {
 	if err != nil || h == "" {
 		return
 	}
+	if d != Allow && d != Deny {
+		return
+	}
 	e.amendMu.Lock()
 	defer e.amendMu.Unlock()
-	switch d {
-	case Allow:
-		e.amendAllow[h] = struct{}{}
-		delete(e.amendDeny, h)
-	case Deny:
-		e.amendDeny[h] = struct{}{}
-		delete(e.amendAllow, h)
+	old := e.amends.Load()
+	next := &amendments{allow: maps.Clone(old.allow), deny: maps.Clone(old.deny)}
+	if d == Allow {
+		next.allow[h] = struct{}{}
+		delete(next.deny, h)
+	} else {
+		next.deny[h] = struct{}{}
+		delete(next.allow, h)
 	}
+	e.amends.Store(next)
 }
 
-func (e *Engine) amended(set map[string]struct{}, hosts ...string) (string, bool) {
-	e.amendMu.RLock()
-	defer e.amendMu.RUnlock()
+func amended(set map[string]struct{}, hosts ...string) (string, bool) {
+	if len(set) == 0 {
+		return "", false
+	}
 	for _, h := range hosts {
 		if h == "" {
 			continue
@@ -122,6 +132,8 @@ func (e *Engine) Evaluate(ctx context.Context, req Request) Decision {
 		return modeGuard(st.mode, req, d)
 	case d.Reason == ReasonNotAllowed && e.decider != nil && d.Host != "":
 		base := d
+		// The decider keys its caches on the canonical host.
+		req.Host = d.Host
 		out := e.decider.Decide(ctx, req, base)
 		return e.mergeDecider(st.mode, req, base, out)
 	}
@@ -147,7 +159,6 @@ func (e *Engine) mergeDecider(mode string, req Request, base, out Decision) Deci
 		if out.Pattern != "" {
 			d.Pattern = out.Pattern
 		}
-		d.Steps = append(d.Steps, Step{Step: "decider", Result: "pass", Detail: out.Override})
 		// A reviewer approves a host, never a method: limited mode still applies.
 		return modeGuard(mode, req, d)
 	case Ask:
@@ -159,14 +170,13 @@ func (e *Engine) mergeDecider(mode string, req Request, base, out Decision) Deci
 	if d.Reason == ReasonNone {
 		d.Reason = ReasonPolicyDenied
 	}
-	d.Steps = append(d.Steps, Step{Step: "decider", Result: "block", Detail: string(d.Verdict)})
 	return d
 }
 
 func (e *Engine) hostDecision(ctx context.Context, p *Policy, req Request) Decision {
-	// Room for every step (normalize/deny, local_guard, allow, mode, decider)
+	// Room for every step (deny, local_guard, allow, mode)
 	// so the chain allocates its trace once.
-	d := Decision{Verdict: Deny, Source: SourceBaseline, Port: req.Port, Steps: make([]Step, 0, 5)}
+	d := Decision{Verdict: Deny, Source: SourceBaseline, Port: req.Port, Steps: make([]Step, 0, 4)}
 	host, err := Normalize(req.Host)
 	if err != nil || host == "" {
 		d.Reason = ReasonNotAllowed
@@ -174,7 +184,8 @@ func (e *Engine) hostDecision(ctx context.Context, p *Policy, req Request) Decis
 		if err != nil {
 			detail = err.Error()
 		}
-		d.Steps = append(d.Steps, Step{Step: "normalize", Result: "block", Detail: detail})
+		// SPEC §7.1 knows four steps; an unusable host is an allow-list miss.
+		d.Steps = append(d.Steps, Step{Step: "allow", Result: "miss", Detail: "invalid host: " + detail})
 		return d
 	}
 	d.Host = host
@@ -203,7 +214,8 @@ func (e *Engine) hostDecision(ctx context.Context, p *Policy, req Request) Decis
 			return d
 		}
 	}
-	if h, ok := e.amended(e.amendDeny, host, unscoped, mapped); ok {
+	amends := e.amends.Load()
+	if h, ok := amended(amends.deny, host, unscoped, mapped); ok {
 		d.Reason, d.Pattern = ReasonDenied, h
 		d.Steps = append(d.Steps, Step{Step: "deny", Result: "hit", Detail: h + " (amended)"})
 		return d
@@ -254,7 +266,8 @@ func (e *Engine) hostDecision(ctx context.Context, p *Policy, req Request) Decis
 					return d
 				}
 			}
-			d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "pass", Detail: "resolves to " + joinAddrs(addrs)})
+			// The answers themselves are in d.Addrs (check prints them as "resolved").
+			d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "pass", Detail: "every answer is public"})
 		}
 	} else {
 		d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "pass", Detail: "allow_local_binding = true"})
@@ -271,7 +284,7 @@ func (e *Engine) hostDecision(ctx context.Context, p *Policy, req Request) Decis
 		pat, ok = p.allow.match(unscoped)
 	}
 	if !ok {
-		if h, amended := e.amended(e.amendAllow, host); amended {
+		if h, found := amended(amends.allow, host); found {
 			pat, ok = h+" (amended)", true
 		}
 	}
@@ -341,15 +354,4 @@ func parseLiteral(host string) (netip.Addr, bool) {
 	}
 	a, err := netip.ParseAddr(host)
 	return a, err == nil
-}
-
-func joinAddrs(as []netip.Addr) string {
-	var b strings.Builder
-	for i, a := range as {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(a.String())
-	}
-	return b.String()
 }

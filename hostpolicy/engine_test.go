@@ -58,10 +58,26 @@ type row struct {
 	reason Reason // ReasonNone = allowed
 }
 
+// checkSteps enforces the step vocabulary of SPEC §7.1.
+func checkSteps(t *testing.T, host string, d Decision) {
+	t.Helper()
+	steps := map[string]bool{"deny": true, "local_guard": true, "allow": true, "mode": true}
+	results := map[string]bool{"hit": true, "miss": true, "pass": true, "block": true}
+	if len(d.Steps) == 0 {
+		t.Errorf("%q: no steps", host)
+	}
+	for _, s := range d.Steps {
+		if !steps[s.Step] || !results[s.Result] {
+			t.Errorf("%q: step %+v outside the SPEC vocabulary", host, s)
+		}
+	}
+}
+
 func runRows(t *testing.T, name string, e *Engine, rows []row) {
 	t.Helper()
 	for _, r := range rows {
 		d := e.Evaluate(context.Background(), Request{Host: r.host, Port: 443, Protocol: ProtoHTTP, Method: "GET"})
+		checkSteps(t, r.host, d)
 		got := d.Reason
 		if d.Verdict == Allow {
 			got = ReasonNone
@@ -166,6 +182,7 @@ func TestSSRFSpellings(t *testing.T) {
 		"127.0.0.1/", "localhost%00", "[127.0.0.1]", "0x7f.0.0.1.2", "*.localhost", "loc alhost"}
 	for _, h := range invalid {
 		d := e.Evaluate(context.Background(), Request{Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
+		checkSteps(t, h, d)
 		if d.Allowed() {
 			t.Errorf("%q was allowed (host %q)", h, d.Host)
 		}

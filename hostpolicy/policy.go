@@ -1,12 +1,13 @@
 package hostpolicy
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -74,7 +75,17 @@ func Compile(cfg *config.Config, extra ...Entry) (*Policy, error) {
 		if !filepath.IsAbs(p) && cfg.Path != "" {
 			p = filepath.Join(filepath.Dir(cfg.Path), p)
 		}
-		errs = append(errs, ReadDomainFile(p, df.Decision, func(e Entry) error { return b.add(e) })...)
+		if f, err := os.Open(p); err != nil {
+			var pe *os.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			errs = append(errs, fmt.Errorf("%s.path: cannot read domain file %s: %v", key, p, err))
+			continue
+		} else {
+			f.Close()
+		}
+		errs = append(errs, ReadDomainFile(p, df.Decision, func(e Entry) error { return b.addPattern(e.Pattern, e.Decision) })...)
 	}
 	for _, e := range extra {
 		if err := b.add(e); err != nil {
@@ -92,53 +103,13 @@ func Compile(cfg *config.Config, extra ...Entry) (*Policy, error) {
 	}, nil
 }
 
-// maxDomainFileErrors bounds the errors reported for one domain file so a
-// wrong file (a binary, a CSV) gives a readable answer.
-const maxDomainFileErrors = 20
-
-// ReadDomainFile reads a domain file (one pattern per line, '#' comments,
-// blank lines ignored) and calls add for each pattern. It returns every error,
-// each naming path:line; an unreadable file is one error naming the file.
-func ReadDomainFile(p, decision string, add func(Entry) error) []error {
-	f, err := os.Open(p)
-	if err != nil {
-		return []error{fmt.Errorf("domain file %s: %v", p, unwrapPathErr(err))}
-	}
-	defer f.Close()
-	var errs []error
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	line := 0
-	for sc.Scan() {
-		line++
-		text := sc.Text()
-		if i := strings.IndexByte(text, '#'); i >= 0 {
-			text = text[:i]
-		}
-		text = strings.TrimSpace(text)
-		if text == "" {
-			continue
-		}
-		if err := add(Entry{Pattern: text, Decision: decision, Origin: p + ":" + strconv.Itoa(line)}); err != nil {
-			errs = append(errs, err)
-			if len(errs) >= maxDomainFileErrors {
-				errs = append(errs, fmt.Errorf("%s: too many errors, stopping", p))
-				return errs
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		errs = append(errs, fmt.Errorf("domain file %s:%d: %v", p, line+1, err))
-	}
-	return errs
-}
-
-func unwrapPathErr(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
+// ReadDomainFile reads a domain file (see hostname.ReadPatternFile) and
+// calls add with each pattern and decision (Origin "path:line"). add's error
+// should not repeat the origin: every returned error is prefixed path:line.
+func ReadDomainFile(path, decision string, add func(Entry) error) []error {
+	return hostname.ReadPatternFile(path, func(line int, pattern string) error {
+		return add(Entry{Pattern: pattern, Decision: decision, Origin: path + ":" + strconv.Itoa(line)})
+	})
 }
 
 type builder struct{ allow, deny *matcherBuilder }
@@ -147,77 +118,103 @@ func newBuilder() *builder {
 	return &builder{allow: newMatcherBuilder(), deny: newMatcherBuilder()}
 }
 
+// add adds one entry; its error names the entry's origin.
 func (b *builder) add(e Entry) error {
-	where := e.Origin
-	if where == "" {
-		where = "pattern " + strconv.Quote(e.Pattern)
+	err := b.addPattern(e.Pattern, e.Decision)
+	switch {
+	case err == nil:
+		return nil
+	case e.Origin != "":
+		return fmt.Errorf("%s: %w", e.Origin, err)
 	}
-	p, err := hostname.ParsePattern(e.Pattern)
+	return fmt.Errorf("pattern %q: %w", e.Pattern, err)
+}
+
+func (b *builder) addPattern(pattern, decision string) error {
+	p, err := hostname.ParsePattern(pattern)
 	if err != nil {
-		return fmt.Errorf("%s: %v", where, err)
+		return err
 	}
-	switch e.Decision {
+	switch decision {
 	case "allow":
 		b.allow.add(p)
 	case "deny":
 		if err := hostname.CheckDeny(p); err != nil {
-			return fmt.Errorf("%s: %q: %v", where, e.Pattern, err)
+			return fmt.Errorf("%q: %w", pattern, err)
 		}
 		b.deny.add(p)
 	default:
-		return fmt.Errorf("%s: decision %q is not \"allow\" or \"deny\"", where, e.Decision)
+		return fmt.Errorf("decision %q is not \"allow\" or \"deny\"", decision)
 	}
 	return nil
 }
 
 // matcher answers "does host match any pattern" without scanning the list
-// for exact and suffix patterns: exact and apex hosts are map keys, "*.d"
-// and "**.d" suffixes are map keys probed once per label of the host, and
-// globs are bucketed by the literal domain they must end with.
+// for exact and suffix patterns. Every domain of an exact, "*.d" or "**.d"
+// pattern is one entry in a pointer-free table (a hash → entry index map, an
+// entry array and one byte arena), so a lookup is one hash probe per label
+// of the host and 100 000 patterns cost the garbage collector nothing to
+// scan. Globs are bucketed by the literal domain they must end with.
 type matcher struct {
-	count      int
-	all        bool
-	exact      map[string]string // host → pattern text (exact entries only)
-	apex       map[string]string // d → "**.d"
-	suffix     map[string]string // d → "*.d" or "**.d"
+	count int
+	all   bool
+
+	seed    maphash.Seed
+	index   map[uint64]uint32 // hash(domain) → entry index + 1 (chain head)
+	entries []domainEntry
+	arena   []byte // the domains, back to back
+
 	globBucket map[string][]glob // literal suffix → globs
 	globScan   []glob            // globs without a literal suffix
+}
+
+// domainEntry flags.
+const (
+	flagExact     = 1 << iota // "d"
+	flagApex                  // "**.d" matches d itself
+	flagSubStar               // "*.d"
+	flagSubDouble             // "**.d" matches subdomains
+)
+
+type domainEntry struct {
+	off, n uint32
+	next   uint32 // next entry with the same hash, index + 1
+	flags  uint8
 }
 
 type glob struct{ expr, text string }
 
 type matcherBuilder struct {
-	m    *matcher
-	seen map[string]struct{}
+	m        *matcher
+	seenGlob map[string]struct{}
 }
 
 func newMatcherBuilder() *matcherBuilder {
 	return &matcherBuilder{m: &matcher{
-		exact: map[string]string{}, apex: map[string]string{}, suffix: map[string]string{},
-		globBucket: map[string][]glob{},
-	}, seen: map[string]struct{}{}}
+		seed: maphash.MakeSeed(), index: map[uint64]uint32{}, globBucket: map[string][]glob{},
+	}, seenGlob: map[string]struct{}{}}
 }
 
 func (mb *matcherBuilder) add(p hostname.Pattern) {
-	if _, dup := mb.seen[p.Text]; dup {
-		return
-	}
-	mb.seen[p.Text] = struct{}{}
 	m := mb.m
-	m.count++
 	switch p.Kind {
 	case hostname.All:
-		m.all = true
-	case hostname.Exact:
-		m.exact[p.Domain] = p.Text
-	case hostname.Subdomains:
-		if _, ok := m.suffix[p.Domain]; !ok {
-			m.suffix[p.Domain] = p.Text
+		if !m.all {
+			m.all = true
+			m.count++
 		}
+	case hostname.Exact:
+		mb.addDomain(p.Domain, flagExact)
+	case hostname.Subdomains:
+		mb.addDomain(p.Domain, flagSubStar)
 	case hostname.ApexAndSubdomains:
-		m.apex[p.Domain] = p.Text
-		m.suffix[p.Domain] = p.Text
+		mb.addDomain(p.Domain, flagApex|flagSubDouble)
 	case hostname.Glob:
+		if _, dup := mb.seenGlob[p.Text]; dup {
+			return
+		}
+		mb.seenGlob[p.Text] = struct{}{}
+		m.count++
 		for _, g := range p.Globs {
 			gl := glob{expr: g, text: p.Text}
 			if key := hostname.GlobSuffixKey(g); key != "" {
@@ -229,7 +226,46 @@ func (mb *matcherBuilder) add(p hostname.Pattern) {
 	}
 }
 
-func (mb *matcherBuilder) build() *matcher { m := mb.m; mb.seen = nil; return m }
+func (mb *matcherBuilder) addDomain(d string, flags uint8) {
+	m := mb.m
+	if i, ok := m.lookup(d); ok {
+		e := &m.entries[i]
+		if e.flags&flags != flags {
+			m.count++
+		}
+		e.flags |= flags
+		return
+	}
+	h := maphash.String(m.seed, d)
+	m.entries = append(m.entries, domainEntry{off: uint32(len(m.arena)), n: uint32(len(d)), next: m.index[h], flags: flags})
+	m.arena = append(m.arena, d...)
+	m.index[h] = uint32(len(m.entries))
+	m.count++
+}
+
+func (mb *matcherBuilder) build() *matcher {
+	m := mb.m
+	mb.seenGlob = nil
+	// Trim the growth slack: the policy lives until the next reload.
+	m.entries = slices.Clip(m.entries)
+	m.arena = slices.Clip(m.arena)
+	return m
+}
+
+// lookup returns the entry index of domain d.
+func (m *matcher) lookup(d string) (int, bool) {
+	if len(m.entries) == 0 {
+		return 0, false
+	}
+	for i := m.index[maphash.String(m.seed, d)]; i != 0; {
+		e := &m.entries[i-1]
+		if int(e.n) == len(d) && string(m.arena[e.off:e.off+e.n]) == d {
+			return int(i - 1), true
+		}
+		i = e.next
+	}
+	return 0, false
+}
 
 // match returns the most specific matching pattern: exact, then apex, then
 // the longest suffix, then globs, then "*".
@@ -237,13 +273,15 @@ func (m *matcher) match(host string) (string, bool) {
 	if m == nil {
 		return "", false
 	}
-	if t, ok := m.exact[host]; ok {
-		return t, true
+	if i, ok := m.lookup(host); ok {
+		switch f := m.entries[i].flags; {
+		case f&flagExact != 0:
+			return host, true
+		case f&flagApex != 0:
+			return "**." + host, true
+		}
 	}
-	if t, ok := m.apex[host]; ok {
-		return t, true
-	}
-	if len(m.suffix) > 0 || len(m.globBucket) > 0 {
+	if len(m.entries) > 0 || len(m.globBucket) > 0 {
 		for i := 0; ; {
 			j := strings.IndexByte(host[i:], '.')
 			if j < 0 {
@@ -251,8 +289,13 @@ func (m *matcher) match(host string) (string, bool) {
 			}
 			i += j + 1
 			suf := host[i:]
-			if t, ok := m.suffix[suf]; ok {
-				return t, true
+			if k, ok := m.lookup(suf); ok {
+				switch f := m.entries[k].flags; {
+				case f&flagSubDouble != 0:
+					return "**." + suf, true
+				case f&flagSubStar != 0:
+					return "*." + suf, true
+				}
 			}
 			for _, g := range m.globBucket[suf] {
 				if ok, _ := path.Match(g.expr, host); ok {
@@ -277,6 +320,8 @@ func (m *matcher) matchExact(host string) (string, bool) {
 	if m == nil {
 		return "", false
 	}
-	t, ok := m.exact[host]
-	return t, ok
+	if i, ok := m.lookup(host); ok && m.entries[i].flags&flagExact != 0 {
+		return host, true
+	}
+	return "", false
 }

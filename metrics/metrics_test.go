@@ -111,10 +111,6 @@ func TestEverySpecMetricIsExposedWithHelp(t *testing.T) {
 			t.Errorf("collector metric %s missing", want)
 		}
 	}
-	if strings.Contains(text, "promhttp_metric_handler_requests_total") {
-		// Would mean we leaked onto the global registry's handler.
-		t.Log("promhttp handler metrics present (acceptable)")
-	}
 }
 
 func TestObserveDecisionLabels(t *testing.T) {
@@ -324,3 +320,25 @@ func TestDeniedHostsBoundUnderConcurrency(t *testing.T) {
 }
 
 type dtoMetric struct{ Metric dto.Metric }
+
+// Counters that dashboards rate() must exist at 0 before the first event,
+// or increase() would miss the events of their first sample.
+func TestCommonSeriesExistBeforeTheFirstEvent(t *testing.T) {
+	text := scrape(t, New(0))
+	for _, want := range []string{
+		`netproxy_requests_total{decision="deny",protocol="http",reason="denied",source="baseline_policy"} 0`,
+		`netproxy_requests_total{decision="allow",protocol="socks5-tcp",reason="none",source="baseline_policy"} 0`,
+		`netproxy_requests_total{decision="ask",protocol="https",reason="not_allowed",source="decider"} 0`,
+		`netproxy_denied_hosts_total{host="other"} 0`,
+		`netproxy_approvals_total{kind="network",outcome="allow_once",reviewer="user"} 0`,
+		`netproxy_exec_decisions_total{requirement="forbidden",source="prefix"} 0`,
+		`netproxy_attribution_total{result="bad_magic"} 0`,
+		`netproxy_policy_reloads_total{result="error"} 0`,
+		`netproxy_bytes_total{direction="down",protocol="https"} 0`,
+		`netproxy_audit_dropped_total 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("missing pre-created series %s", want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -110,10 +111,9 @@ func validateSpec(s *Spec) error {
 	if s.Network == NetworkNone && !s.Kind.Confining() {
 		return fmt.Errorf("--network none needs --sandbox read-only or workspace-write (got %s)", s.Kind)
 	}
-	if s.Network == NetworkProxied {
-		p := s.Proxy
-		if p == nil || p.HTTPAddr == "" || p.Token == "" || p.WriteFrame == nil {
-			return errors.New("sandbox: --network proxied needs a registered execution (netproxy address, token and frame writer)")
+	if s.Network == NetworkProxied && s.ProxyResolve == nil {
+		if err := checkProxyTarget(s.Proxy); err != nil {
+			return err
 		}
 	}
 	for _, r := range s.WritableRoots {
@@ -129,6 +129,28 @@ func validateSpec(s *Spec) error {
 		s.InitArgs = []string{"__sandbox-init"}
 	}
 	return nil
+}
+
+func checkProxyTarget(p *ProxyTarget) error {
+	if p == nil || p.HTTPAddr == "" || p.Token == "" || p.WriteFrame == nil {
+		return errors.New("sandbox: --network proxied needs a registered execution (netproxy address, token and frame writer)")
+	}
+	return nil
+}
+
+// resolveProxy returns the target, asking ProxyResolve at most once.
+func (s *Spec) resolveProxy(ctx context.Context) (*ProxyTarget, error) {
+	if s.Proxy == nil && s.ProxyResolve != nil {
+		p, err := s.ProxyResolve(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkProxyTarget(p); err != nil {
+			return nil, err
+		}
+		s.Proxy, s.ProxyResolve = p, nil
+	}
+	return s.Proxy, nil
 }
 
 // usernsError: cloning the init into new namespaces failed, i.e. the host
@@ -166,7 +188,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	env := StripProxyEnv(s.Env)
 	var br *bridge
 	if s.Network == NetworkProxied {
-		br = newBridge(s.Proxy)
+		br = newBridge(nil)
 		defer br.close()
 	}
 	switch tier {
@@ -174,7 +196,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		if s.Network == NetworkProxied {
 			cfg.Listeners = []listenerConfig{{Name: "http", Port: sandboxHTTPPort}}
 			socks := ""
-			if s.Proxy.SOCKS5Addr != "" {
+			if s.Proxy == nil || s.Proxy.SOCKS5Addr != "" {
 				cfg.Listeners = append(cfg.Listeners, listenerConfig{Name: "socks5", Port: sandboxSOCKSPort})
 				socks = "127.0.0.1:" + strconv.Itoa(sandboxSOCKSPort)
 			}
@@ -189,7 +211,12 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		cfg.PrivateTmp = tmp
 		env = SetEnv(env, "TMPDIR", tmp)
 		if s.Network == NetworkProxied {
-			httpAddr, socksAddr, ports, lerr := hostBridgeListeners(ctx, br, s.Proxy)
+			p, perr := s.resolveProxy(ctx)
+			if perr != nil {
+				return res, perr
+			}
+			br.target = p
+			httpAddr, socksAddr, ports, lerr := hostBridgeListeners(ctx, br, p)
 			if lerr != nil {
 				return res, lerr
 			}
@@ -204,9 +231,6 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		Args:       append([]string{s.InitPath}, s.InitArgs...),
 		Env:        []string{},
 		Dir:        "/",
-		Stdin:      s.Stdin,
-		Stdout:     s.Stdout,
-		Stderr:     s.Stderr,
 		ExtraFiles: []*os.File{childEnd},
 		WaitDelay:  2 * time.Second,
 		SysProcAttr: &syscall.SysProcAttr{
@@ -228,6 +252,17 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	} else {
 		cmd.SysProcAttr.Setpgid = true
 	}
+	// Own pipes instead of exec.Cmd's: the result is ready when the command
+	// has exited and its output is drained, without waiting for the kernel
+	// to tear the pid and network namespaces down (tens of ms), which the
+	// reaping goroutine absorbs in the background.
+	stdio, err := newStdio(s.Stdin, s.Stdout, s.Stderr)
+	if err != nil {
+		childEnd.Close()
+		return res, fmt.Errorf("sandbox: stdio pipes: %w", err)
+	}
+	defer stdio.closeParentEnds()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.child[0], stdio.child[1], stdio.child[2]
 	restoreDumpable := func() {}
 	if tier == TierNamespaces && os.Geteuid() != 0 {
 		// Go writes the child's uid_map from this process; a non-dumpable
@@ -248,6 +283,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		return res, fmt.Errorf("sandbox: start init: %w", err)
 	}
 	childEnd.Close()
+	stdio.closeChildEnds()
 	kill := func() {
 		if tier == TierLandlock {
 			_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
@@ -290,8 +326,27 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	)
 	ctxDone := ctx.Done()
 	stop := s.Stop
-	for msgs != nil || !waited {
+	outDone, errDone := stdio.done[0], stdio.done[1]
+	var grace <-chan time.Time
+loop:
+	for {
+		mustReap := res.TimedOut || res.Stopped || failure != nil || setupFail != nil || exited == nil
+		drained := outDone == nil && errDone == nil
+		if msgs == nil && drained && (waited || !mustReap) {
+			break
+		}
+		if msgs == nil && waited && !drained && grace == nil {
+			// A leaked writer (landlock tier: a daemon holding stdout)
+			// must not hold the result forever.
+			grace = time.After(2 * time.Second)
+		}
 		select {
+		case <-grace:
+			break loop
+		case <-outDone:
+			outDone = nil
+		case <-errDone:
+			errDone = nil
 		case r, ok := <-msgs:
 			if !ok {
 				msgs = nil
@@ -299,7 +354,17 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 			}
 			switch r.m.Type {
 			case msgListener:
-				if lerr := acceptListenerFD(ctx, br, s.Proxy, r.m.Name, r.fds); lerr != nil {
+				p, perr := s.resolveProxy(ctx)
+				if perr != nil {
+					failure = perr
+					kill()
+					for _, f := range r.fds {
+						unix.Close(f)
+					}
+					continue
+				}
+				br.target = p
+				if lerr := acceptListenerFD(ctx, br, p, r.m.Name, r.fds); lerr != nil {
 					failure = lerr
 					kill()
 					continue
@@ -404,6 +469,10 @@ func acceptListenerFD(ctx context.Context, br *bridge, p *ProxyTarget, name stri
 	case "socks5":
 		upstream = p.SOCKS5Addr
 	}
+	if upstream == "" && name == "socks5" {
+		// netproxy has no SOCKS5 listener: leave the in-sandbox port closed.
+		return nil
+	}
 	if upstream == "" {
 		return fmt.Errorf("sandbox: listener %q has no netproxy upstream", name)
 	}
@@ -473,9 +542,13 @@ func runUnsandboxed(ctx context.Context, s Spec) (Result, error) {
 	res := Result{Tier: TierNone}
 	env := s.Env
 	if s.Network == NetworkProxied {
-		br := newBridge(s.Proxy)
+		p, err := s.resolveProxy(ctx)
+		if err != nil {
+			return res, err
+		}
+		br := newBridge(p)
 		defer br.close()
-		httpAddr, socksAddr, _, err := hostBridgeListeners(ctx, br, s.Proxy)
+		httpAddr, socksAddr, _, err := hostBridgeListeners(ctx, br, p)
 		if err != nil {
 			return res, err
 		}
@@ -555,4 +628,78 @@ func stderrOf(s Spec) interface{ Write([]byte) (int, error) } {
 		return s.Stderr
 	}
 	return os.Stderr
+}
+
+// stdio holds the init's standard files: a caller's *os.File is passed as
+// is; any other reader or writer gets a pipe and a copying goroutine.
+type stdio struct {
+	child  [3]*os.File
+	parent []*os.File // our ends, closed on return
+	owned  []*os.File // child ends we created, closed after start
+	done   [2]<-chan struct{}
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func newStdio(in io.Reader, out, errw io.Writer) (*stdio, error) {
+	st := &stdio{done: [2]<-chan struct{}{nil, nil}}
+	fail := func(err error) (*stdio, error) {
+		st.closeChildEnds()
+		st.closeParentEnds()
+		return nil, err
+	}
+	switch r := in.(type) {
+	case nil:
+	case *os.File:
+		st.child[0] = r
+	default:
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return fail(err)
+		}
+		st.child[0] = pr
+		st.owned = append(st.owned, pr)
+		go func() {
+			_, _ = io.Copy(pw, r)
+			pw.Close()
+		}()
+	}
+	for i, w := range []io.Writer{out, errw} {
+		switch f := w.(type) {
+		case nil:
+		case *os.File:
+			st.child[i+1] = f
+		default:
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				return fail(err)
+			}
+			st.child[i+1] = pw
+			st.owned = append(st.owned, pw)
+			st.parent = append(st.parent, pr)
+			done := make(chan struct{})
+			st.done[i] = done
+			go func() {
+				defer close(done)
+				_, _ = io.Copy(f, pr)
+			}()
+		}
+	}
+	return st, nil
+}
+
+func (s *stdio) closeChildEnds() {
+	for _, f := range s.owned {
+		f.Close()
+	}
+	s.owned = nil
+}
+
+// closeParentEnds unblocks copiers still reading (only reached when the
+// command's output is not drained yet, e.g. an early error return).
+func (s *stdio) closeParentEnds() {
+	for _, f := range s.parent {
+		f.Close()
+	}
+	s.parent = nil
 }

@@ -239,7 +239,7 @@ func TestSandboxTimeoutKillsGrandchildren(t *testing.T) {
 			wd := workdir(t)
 			start := time.Now()
 			r := sandboxRun(t, Spec{Cwd: wd, Tier: tier, Timeout: 3 * time.Second, Argv: sh(
-				`(sh -c 'while :; do date +%s%N > tick; sleep 0.02; done' &) ; while [ ! -s tick ]; do sleep 0.01; done; sleep 30`)})
+				`(sh -c 'while :; do date +%s%N > tick.new; mv -f tick.new tick; sleep 0.02; done' &) ; while [ ! -s tick ]; do sleep 0.01; done; sleep 30`)})
 			if !r.TimedOut || r.ExitCode != TimeoutExitCode {
 				t.Fatalf("timed_out %v exit %d", r.TimedOut, r.ExitCode)
 			}

@@ -100,7 +100,14 @@ type Spec struct {
 	// ProtectedNames overrides DefaultProtectedNames when non-nil.
 	ProtectedNames []string
 
-	Proxy *ProxyTarget // required for NetworkProxied
+	// Proxy is required for NetworkProxied unless ProxyResolve is set.
+	Proxy *ProxyTarget
+	// ProxyResolve, when set, supplies the target lazily: the namespaces
+	// tier calls it only when the in-sandbox listeners arrive, so the
+	// caller can register the execution with netproxy while the sandbox is
+	// being built. The command starts only after it returned. Both an HTTP
+	// and a SOCKS5 listener are then created inside the sandbox.
+	ProxyResolve func(ctx context.Context) (*ProxyTarget, error)
 
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer

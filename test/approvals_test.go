@@ -5,14 +5,18 @@ package test
 // processes and real (loopback) Guardian endpoints.
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -297,6 +301,42 @@ esac
 		}
 	})
 
+	t.Run("openai", func(t *testing.T) {
+		var prompts []string
+		var mu sync.Mutex
+		g := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/chat/completions" || r.Header.Get("Authorization") != "Bearer sk-e2e" {
+				http.Error(w, "unauthorized", 401)
+				return
+			}
+			var req struct {
+				Model    string
+				Messages []struct{ Role, Content string }
+			}
+			json.NewDecoder(r.Body).Decode(&req)
+			user := req.Messages[len(req.Messages)-1].Content
+			mu.Lock()
+			prompts = append(prompts, user)
+			mu.Unlock()
+			content := `{"decision":"deny","risk":"high","rationale":"unknown"}`
+			if strings.Contains(user, "Host: gallow.test") {
+				content = "```json\n{\"decision\":\"allow\",\"risk\":\"low\",\"rationale\":\"fine\"}\n```"
+			}
+			json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"message": map[string]any{"role": "assistant", "content": content}}}})
+		}))
+		defer g.Close()
+		t.Setenv("APPR_E2E_OPENAI_KEY", "sk-e2e")
+		cfg := fmt.Sprintf("[approvals]\nenabled = true\nreviewer = \"guardian\"\npolicy = \"on-request\"\n[guardian]\nbackend = \"openai\"\nurl = %q\nmodel = \"judge\"\napi_key_env = \"APPR_E2E_OPENAI_KEY\"\ntimeout = \"2s\"\n", g.URL+"/v1")
+		p := apprStart(t, cfg, "", "")
+		apprExpect(t, "openai allow", p.get(fmt.Sprintf("http://gallow.test:%d/", up)), 200)
+		apprExpect(t, "openai deny", p.get(fmt.Sprintf("http://gdeny.test:%d/", up)), 403)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(prompts) != 2 || !strings.Contains(prompts[0], "Port: ") || !strings.Contains(prompts[0], `"decision"`) {
+			t.Fatalf("prompts: %q", prompts)
+		}
+	})
+
 	t.Run("starlark", func(t *testing.T) {
 		dir := t.TempDir()
 		os.WriteFile(filepath.Join(dir, "g.star"), []byte(`
@@ -373,5 +413,97 @@ func TestApprovalsExecThroughControlSocket(t *testing.T) {
 	r = apprAwait(t, ask())
 	if r.status != 200 || !strings.Contains(r.body, `"reviewer":"cache"`) {
 		t.Fatalf("second exec approval should hit the session cache: %d %s", r.status, r.body)
+	}
+}
+
+// A framed request is owned by its execution: the pending approval names
+// it, and a user denial reaches the execution's event stream as
+// denied_by_user.
+func TestApprovalsOwnerToldDeniedByUser(t *testing.T) {
+	p := apprStart(t, "[approvals]\nenabled = true\nreviewer = \"user\"\npolicy = \"on-request\"\ntimeout = \"10s\"\n", "", "")
+	up := StartUpstream(t, false)
+	reg := p.Register(t, "sess-1", "env-1")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://netproxy/v1/executions/"+reg.ExecutionID+"/events", nil)
+	evResp, err := p.ControlClient().Do(req)
+	if err != nil || evResp.StatusCode != 200 {
+		t.Fatalf("events stream: %v %v", evResp, err)
+	}
+	defer evResp.Body.Close()
+	events := make(chan map[string]any, 16)
+	go func() {
+		dec := json.NewDecoder(evResp.Body)
+		for {
+			var ev map[string]any
+			if dec.Decode(&ev) != nil {
+				close(events)
+				return
+			}
+			events <- ev
+		}
+	}()
+
+	// A framed plain-HTTP request to an unlisted host.
+	done := make(chan apprReply, 1)
+	go func() {
+		conn, err := net.DialTimeout("tcp", p.HTTP, 5*time.Second)
+		if err != nil {
+			done <- apprReply{err: err}
+			return
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(20 * time.Second))
+		fmt.Fprintf(conn, "%sGET http://alpha.test:%d/hello HTTP/1.1\r\nHost: alpha.test:%d\r\nConnection: close\r\n\r\n", Frame(reg.Token), up.Port, up.Port)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			done <- apprReply{err: err}
+			return
+		}
+		resp.Body.Close()
+		done <- apprReply{status: resp.StatusCode}
+	}()
+	var id string
+	deadline := time.Now().Add(10 * time.Second)
+	for id == "" && time.Now().Before(deadline) {
+		_, b := p.api("GET", "/api/approvals?status=pending", "")
+		var out struct {
+			Approvals []struct {
+				ID, Host    string
+				ExecutionID string `json:"execution_id"`
+			}
+		}
+		json.Unmarshal(b, &out)
+		for _, a := range out.Approvals {
+			if a.Host == "alpha.test" {
+				if a.ExecutionID != reg.ExecutionID {
+					t.Fatalf("pending approval not owned by the execution: %s", b)
+				}
+				id = a.ID
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if id == "" {
+		t.Fatal("no pending approval for the framed request")
+	}
+	p.decide(id, "deny")
+	apprExpect(t, "framed denied request", apprAwait(t, done), 403)
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatal("event stream ended without denied_by_user")
+			}
+			if ev["type"] == "denied_by_user" {
+				if ev["host"] != "alpha.test" || ev["approval_id"] != id {
+					t.Fatalf("denied_by_user event %v", ev)
+				}
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("no denied_by_user event")
+		}
 	}
 }

@@ -232,21 +232,21 @@ func TestBrowserApprovalsPage(t *testing.T) {
 		t.Fatalf("empty state says %q", emptyText)
 	}
 	// A marker that a reload would wipe: the approval must arrive live.
-	if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`window.__noReload = 1`)); err != nil {
+	if err := browserStep(ctx, chromedp.Evaluate[chromedp.Void](`window.__noReload = 1`)); err != nil {
 		t.Fatal(err)
 	}
 
 	// A registered execution in the default session owns unattributed
 	// requests (SPEC §4.3): it shows up live, and its context on the card.
 	reg := browserRegister(t, np, `{"session_id":"default","environment_id":"default","command":["curl","-sS","http://alpha.test/hello"],"cwd":"/work/project"}`)
-	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.getElementById("exec-list").textContent.includes("curl -sS")`)); err != nil {
+	if err := browserStep(ctx, chromedp.Poll[chromedp.Void](`document.getElementById("exec-list").textContent.includes("curl -sS")`)); err != nil {
 		t.Fatalf("the registered execution never appeared: %v", err)
 	}
 
 	// A request to a host outside the allow list waits for review...
 	first := browserProxyGet(np, up.URL("alpha.test", "/hello"))
 	card := chromedp.CSS(`article.card`)
-	if err := chromedp.Do(ctx, chromedp.WaitVisible(card)); err != nil {
+	if err := browserStep(ctx, chromedp.WaitVisible(card)); err != nil {
 		t.Fatalf("the pending approval never appeared: %v", err)
 	}
 	text, err := chromedp.Run(ctx, chromedp.Text(card))
@@ -283,7 +283,7 @@ func TestBrowserApprovalsPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	console2.watch(ctx2)
-	if err := chromedp.Do(ctx2, chromedp.Navigate("http://"+np.Admin+"/"), chromedp.WaitVisible(chromedp.CSS("article.card"))); err != nil {
+	if err := browserStep(ctx2, chromedp.Navigate("http://"+np.Admin+"/"), chromedp.WaitVisible(chromedp.CSS("article.card"))); err != nil {
 		t.Fatalf("second page (cookie session): %v", err)
 	}
 
@@ -295,7 +295,7 @@ func TestBrowserApprovalsPage(t *testing.T) {
 	browserSaveArtifact(t, "approvals-page-pending.png", shot)
 
 	// ...until the reviewer clicks "Allow for session".
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`article.card button[data-decision="allow_session"]`))); err != nil {
+	if err := browserStep(ctx, chromedp.Click(chromedp.CSS(`article.card button[data-decision="allow_session"]`))); err != nil {
 		t.Fatal(err)
 	}
 	r := browserAwait(t, first, 15*time.Second, "the first request after Allow for session")
@@ -304,11 +304,11 @@ func TestBrowserApprovalsPage(t *testing.T) {
 	}
 	// The card disappears from both pages.
 	for i, c := range []context.Context{ctx, ctx2} {
-		if err := chromedp.Do(c, chromedp.WaitNotPresent(chromedp.CSS("article.card")), chromedp.WaitVisible(chromedp.ID("pending-empty"))); err != nil {
+		if err := browserStep(c, chromedp.WaitNotPresent(chromedp.CSS("article.card")), chromedp.WaitVisible(chromedp.ID("pending-empty"))); err != nil {
 			t.Fatalf("page %d still shows the decided approval: %v", i+1, err)
 		}
 	}
-	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.getElementById("decided-list").textContent.includes("allowed for session")`)); err != nil {
+	if err := browserStep(ctx, chromedp.Poll[chromedp.Void](`document.getElementById("decided-list").textContent.includes("allowed for session")`)); err != nil {
 		t.Fatalf("recent decisions do not list the allow: %v", err)
 	}
 
@@ -330,7 +330,7 @@ func TestBrowserApprovalsPage(t *testing.T) {
 	// A decision made elsewhere (the API, as the CLI does) clears every page.
 	second := browserProxyGet(np, up.URL("bravo.test", "/hello"))
 	for i, c := range []context.Context{ctx, ctx2} {
-		if err := chromedp.Do(c, chromedp.WaitVisible(chromedp.CSS("article.card"))); err != nil {
+		if err := browserStep(c, chromedp.WaitVisible(chromedp.CSS("article.card"))); err != nil {
 			t.Fatalf("page %d never showed the bravo.test approval: %v", i+1, err)
 		}
 	}
@@ -343,18 +343,18 @@ func TestBrowserApprovalsPage(t *testing.T) {
 		t.Fatalf("denied request: %+v", r)
 	}
 	for i, c := range []context.Context{ctx, ctx2} {
-		if err := chromedp.Do(c, chromedp.WaitNotPresent(chromedp.CSS("article.card"))); err != nil {
+		if err := browserStep(c, chromedp.WaitNotPresent(chromedp.CSS("article.card"))); err != nil {
 			t.Fatalf("page %d still shows the approval denied elsewhere: %v", i+1, err)
 		}
 	}
 	// The denied request is listed under recently blocked.
-	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.getElementById("blocked-body").textContent.includes("bravo.test")`)); err != nil {
+	if err := browserStep(ctx, chromedp.Poll[chromedp.Void](`document.getElementById("blocked-body").textContent.includes("bravo.test")`)); err != nil {
 		t.Fatalf("recently blocked does not list bravo.test: %v", err)
 	}
 
 	// Ending the execution removes it from the page.
 	browserRevoke(t, np, reg)
-	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("exec-empty"))); err != nil {
+	if err := browserStep(ctx, chromedp.WaitVisible(chromedp.ID("exec-empty"))); err != nil {
 		t.Fatalf("the ended execution stayed on the page: %v", err)
 	}
 
@@ -367,6 +367,14 @@ func TestBrowserApprovalsPage(t *testing.T) {
 	if errs := append(console.Errors(), console2.Errors()...); len(errs) > 0 {
 		t.Fatalf("the page logged JavaScript errors:\n%s", strings.Join(errs, "\n"))
 	}
+}
+
+// browserStep runs actions on a started tab with a 20 s limit, so a page
+// that never shows what the test waits for fails fast.
+func browserStep(ctx context.Context, actions ...chromedp.Action[chromedp.Void]) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	return chromedp.Do(ctx, actions...)
 }
 
 // browserSaveArtifact writes a test artifact under test/artifacts/.

@@ -233,7 +233,7 @@ func TestSandboxRunTimeoutKillsGrandchildren(t *testing.T) {
 	dir := sbxDir(t)
 	start := time.Now()
 	r, code, _ := sbxRun(t, os.Environ(), dir, "--network", "none", "--timeout", "3s", "--", "sh", "-c",
-		`(sh -c 'while :; do date +%s%N > tick; sleep 0.02; done' &) ; while [ ! -s tick ]; do sleep 0.01; done; sleep 60`)
+		`(sh -c 'while :; do date +%s%N > tick.new; mv -f tick.new tick; sleep 0.02; done' &) ; while [ ! -s tick ]; do sleep 0.01; done; sleep 60`)
 	if !r.TimedOut || code != 124 || r.ExitCode != 124 {
 		t.Fatalf("timed_out %v exit %d/%d", r.TimedOut, code, r.ExitCode)
 	}
@@ -444,7 +444,7 @@ func sbxRunAsync(t *testing.T, env []string, dir string, args ...string) <-chan 
 
 func sbxAwait(t *testing.T, ch <-chan sbxAsync) sbxAsync {
 	t.Helper()
-	got := sbxAwait(t, ch)
+	got := <-ch
 	if got.err != nil {
 		t.Fatal(got.err)
 	}

@@ -26,7 +26,7 @@ const DefaultRulesFile = "default.rules"
 
 // maxSteps bounds the work of one rules file so a `while True` cannot hang
 // execwrap or netproxy.
-const maxSteps = 50_000_000
+const maxSteps = 20_000_000
 
 // maxFileSize bounds one rules file (a generated list of 100 000 rules is
 // about 8 MiB).

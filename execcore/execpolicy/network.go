@@ -81,8 +81,15 @@ func NormalizeNetworkRuleHost(raw string) (string, error) {
 			h = h[:i]
 		}
 	}
-	h = strings.TrimRight(h, ".")
-	h = strings.ToLower(strings.TrimSpace(h))
+	for {
+		// Trailing dots and spaces, until neither is left (". ." is empty).
+		t := strings.TrimSpace(strings.TrimRight(h, "."))
+		if t == h {
+			break
+		}
+		h = t
+	}
+	h = strings.ToLower(h)
 	if h == "" {
 		return "", errors.New("network_rule host cannot be empty")
 	}

@@ -254,13 +254,20 @@ func dangerExtended(argv []string, depth int) Danger {
 		}
 		return DangerNone
 	case shells[name]:
+		if _, ok := shellparse.ExtractWrapper(argv); ok {
+			return DangerNone // the reference procedure already read this script
+		}
 		if script, ok := shellScriptArg(argv[1:]); ok {
 			return scriptDanger(script, depth)
 		}
 		return DangerNone
 	case commandWrappers[name]:
+		// One flat scan over the argv: every later position that names a
+		// program of interest is examined as a command of its own. Nested
+		// wrappers in the same argv are skipped, since this scan reaches
+		// their positions anyway (keeps the work linear).
 		for i := 1; i < len(argv); i++ {
-			if interesting(classify(argv[i])) {
+			if n := classify(argv[i]); interesting(n) && !commandWrappers[n] {
 				if d := dangerAt(argv[i:], depth+1); d != DangerNone {
 					return d
 				}

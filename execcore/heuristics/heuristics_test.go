@@ -147,11 +147,20 @@ func TestDangerousCommandAdversarial(t *testing.T) {
 	}
 	// A long chain fails closed instead of recursing without bound.
 	deep := "rm -rf /tmp/x"
-	for i := 0; i < 20; i++ {
+	for i := 0; i < 10; i++ {
 		deep = "bash -c " + shQuote(deep)
 	}
-	if got := DangerousCommand(a("bash", "-c", deep)); got == DangerNone {
-		t.Errorf("deep nesting: not detected")
+	if got := DangerousCommand(a("bash", "-c", deep)); got != DangerOther {
+		t.Errorf("deep nesting: %s, want other (depth limit)", got)
+	}
+	// Long flat wrapper chains stay linear.
+	chain := append(repeat("env", 500), repeat("sudo", 500, "nohup", "timeout", "5", "rm", "-r", "x")...)
+	if got := DangerousCommand(chain); got != DangerOther {
+		t.Errorf("long chain: %s, want other", got)
+	}
+	flat := append(a("xargs"), repeat("-0", 5000, "rm", "-r", "x")...)
+	if got := DangerousCommand(flat); got != DangerNone {
+		t.Errorf("long flat wrapper: %s", got)
 	}
 }
 
@@ -279,4 +288,17 @@ func TestParseApprovalPolicy(t *testing.T) {
 	if d := (ApprovalPolicy{Kind: Granular, Rules: true}).Debug(); !strings.Contains(d, "sandbox_approval: false, rules: true") {
 		t.Errorf("debug %s", d)
 	}
+}
+
+func FuzzDangerousCommand(f *testing.F) {
+	for _, s := range []string{"rm -rf /", "sudo env rm -f x", "bash -c 'rm -rf x'", "xargs rm", "trap 'rm -f x' EXIT", "eval rm -f x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, script string) {
+		_ = DangerousCommand([]string{"bash", "-lc", script})
+		_ = IsKnownSafe([]string{"bash", "-lc", script})
+		fields := strings.Fields(script)
+		_ = DangerousCommand(fields)
+		_ = IsKnownSafe(fields)
+	})
 }

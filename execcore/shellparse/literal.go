@@ -31,13 +31,8 @@ func LiteralCommands(script string) (cmds [][]string, ok bool) {
 	if len(script) > maxScriptBytes {
 		script = script[:maxScriptBytes]
 	}
-	p := syntax.NewParser(syntax.Variant(syntax.LangBash))
-	var stmts []*syntax.Stmt
-	err := p.Stmts(strings.NewReader(script), func(st *syntax.Stmt) bool {
-		stmts = append(stmts, st)
-		return true
-	})
-	if err != nil && len(stmts) == 0 {
+	stmts, ok := parseStatements(script)
+	if !ok {
 		return nil, false
 	}
 	for _, st := range stmts {
@@ -64,6 +59,34 @@ func LiteralCommands(script string) (cmds [][]string, ok bool) {
 		})
 	}
 	return cmds, true
+}
+
+// parseStatements reads statements one at a time and keeps those before
+// the first syntax error. The sequence is always drained: mvdan's iterator
+// panics when its consumer stops early after an error.
+func parseStatements(script string) (stmts []*syntax.Stmt, ok bool) {
+	defer func() {
+		if recover() != nil {
+			stmts, ok = nil, false
+		}
+	}()
+	p := syntax.NewParser(syntax.Variant(syntax.LangBash))
+	var firstErr error
+	for st, err := range p.StmtsSeq(strings.NewReader(script)) {
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		if firstErr == nil && st != nil {
+			stmts = append(stmts, st)
+		}
+	}
+	if firstErr != nil && len(stmts) == 0 {
+		return nil, false
+	}
+	return stmts, true
 }
 
 // literalFields returns the fields a literal word expands to (several only

@@ -1,6 +1,7 @@
 package shellparse
 
 import (
+	"fmt"
 	"strings"
 
 	"mvdan.cc/sh/v3/syntax"
@@ -12,7 +13,14 @@ const maxScriptBytes = 1 << 20
 
 // Parse parses a script with the bash grammar (also used for zsh and sh,
 // as the reference does), keeping comments so they can be rejected.
-func Parse(script string) (*syntax.File, error) {
+func Parse(script string) (f *syntax.File, err error) {
+	defer func() {
+		// A parser panic on hostile input is a parse error (fail closed:
+		// the script is then evaluated whole).
+		if r := recover(); r != nil {
+			f, err = nil, fmt.Errorf("shell parser failed: %v", r)
+		}
+	}()
 	p := syntax.NewParser(syntax.Variant(syntax.LangBash), syntax.KeepComments(true))
 	return p.Parse(strings.NewReader(script), "")
 }

@@ -95,22 +95,22 @@ func TestHeredocPrefix(t *testing.T) {
 		}
 	}
 	rejected := []string{
-		"python3 <<'PY'\nprint('hello')\nPY\necho done",          // two commands
-		"echo hello > /tmp/out.txt",                              // no heredoc
-		"python3 <<'PY' > /tmp/out.txt\nprint('hello')\nPY",      // file redirect
-		"PATH=/tmp/evil:$PATH cat <<'EOF'\nhello\nEOF",           // assignment
-		"python3 <<< \"$(rm -rf /)\"",                            // here-string only
-		"python3 <<< x && echo hi",                               // here-string with chaining
-		"echo $((1<<2))",                                         // arithmetic, not a heredoc
-		"python3 $((1<<2)) <<'PY'\nprint(1)\nPY",                 // non-literal argument
-		"python3 \"x\" <<'PY'\nprint(1)\nPY",                     // quoted argument
-		"python3 <<PY\n$(rm -rf /)\nPY",                          // substitution in the body (stricter)
-		"python3 <<PY\n${HOME}\nPY",                              // expansion in the body (stricter)
-		"python3 <<'PY' 2>/dev/null\nprint(1)\nPY",               // fd redirect
-		"python3 <<'PY' &\nprint(1)\nPY",                         // background
-		"(python3 <<'PY'\nprint(1)\nPY\n)",                       // subshell
-		"python3 <<'PY' | sh\nprint(1)\nPY",                      // pipeline
-		"py* <<'PY'\nprint(1)\nPY",                               // glob name
+		"python3 <<'PY'\nprint('hello')\nPY\necho done",     // two commands
+		"echo hello > /tmp/out.txt",                         // no heredoc
+		"python3 <<'PY' > /tmp/out.txt\nprint('hello')\nPY", // file redirect
+		"PATH=/tmp/evil:$PATH cat <<'EOF'\nhello\nEOF",      // assignment
+		"python3 <<< \"$(rm -rf /)\"",                       // here-string only
+		"python3 <<< x && echo hi",                          // here-string with chaining
+		"echo $((1<<2))",                                    // arithmetic, not a heredoc
+		"python3 $((1<<2)) <<'PY'\nprint(1)\nPY",            // non-literal argument
+		"python3 \"x\" <<'PY'\nprint(1)\nPY",                // quoted argument
+		"python3 <<PY\n$(rm -rf /)\nPY",                     // substitution in the body (stricter)
+		"python3 <<PY\n${HOME}\nPY",                         // expansion in the body (stricter)
+		"python3 <<'PY' 2>/dev/null\nprint(1)\nPY",          // fd redirect
+		"python3 <<'PY' &\nprint(1)\nPY",                    // background
+		"(python3 <<'PY'\nprint(1)\nPY\n)",                  // subshell
+		"python3 <<'PY' | sh\nprint(1)\nPY",                 // pipeline
+		"py* <<'PY'\nprint(1)\nPY",                          // glob name
 		"",
 	}
 	for _, s := range rejected {

@@ -54,7 +54,7 @@ func normalize(host string, allowPercentDecode bool) (string, error) {
 			return "", fmt.Errorf("host %q: unclosed '['", clip(host))
 		}
 		rest := s[end+1:]
-		if rest != "" && rest[0] != ':' {
+		if rest != "" && (rest[0] != ':' || len(rest) > 6 || (len(rest) > 1 && !allDigits(rest[1:]))) {
 			return "", fmt.Errorf("host %q: unexpected text after ']'", clip(host))
 		}
 		s = s[1:end]
@@ -63,7 +63,12 @@ func normalize(host string, allowPercentDecode bool) (string, error) {
 			return "", fmt.Errorf("host %q: brackets may only enclose an IPv6 address", clip(host))
 		}
 	} else if strings.Count(s, ":") == 1 {
-		s = s[:strings.IndexByte(s, ':')]
+		i := strings.IndexByte(s, ':')
+		if port := s[i+1:]; len(port) > 5 || (port != "" && !allDigits(port)) {
+			// "a.test:b.test" is not host:port; refuse rather than guess.
+			return "", fmt.Errorf("host %q: %q is not a port", clip(host), clip(port))
+		}
+		s = s[:i]
 	}
 	s = lowerASCII(s)
 	s = strings.TrimRight(s, ".")

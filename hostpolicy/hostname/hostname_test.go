@@ -22,6 +22,7 @@ func TestNormalize(t *testing.T) {
 		{"[fe80::1%25lo0]:443", "fe80::1%lo0"},
 		// more normalisation
 		{"example.com...", "example.com"},
+		{"example.com:", "example.com"},
 		{"\texample.com\n", "example.com"},
 		{"LOCALHOST.", "localhost"},
 		{"[0:0:0:0:0:0:0:1]", "::1"},
@@ -86,7 +87,8 @@ func TestNormalizeRejects(t *testing.T) {
 		"example.123", "::ffff:1.2.3", "127.0.0.1%25eth0", "127.0.0.1%eth0",
 		"fe80::1%", "fe80::1%e/h", "127%252e0%252e0%252e1", "%zz",
 		"example.com%00", strings.Repeat("a", 64) + ".com", strings.Repeat("a.", 127) + "com",
-		"\u200b", "xn--\u00e9",
+		"\u200b", "xn--\u00e9", "a.test:b.test", "example.com:123456", "[::1]:abc",
+		"127.0.0.1:80@evil.test",
 	} {
 		if got, err := Normalize(in); err == nil {
 			t.Errorf("Normalize(%q) = %q, want an error", in, got)

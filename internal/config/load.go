@@ -558,37 +558,24 @@ func validateDomainFiles(c *Config) []error {
 		if df.Path == "" {
 			continue
 		}
-		key := fmt.Sprintf("network.domain_files[%d].path", i)
-		data, err := os.ReadFile(df.Path)
-		if err != nil {
+		if f, err := os.Open(df.Path); err != nil {
 			var pe *os.PathError
 			if errors.As(err, &pe) {
 				err = pe.Err
 			}
-			errs = append(errs, &Error{File: c.Path, Key: key, Msg: fmt.Sprintf("cannot read domain file %s: %v", df.Path, err)})
+			errs = append(errs, &Error{File: c.Path, Key: fmt.Sprintf("network.domain_files[%d].path", i),
+				Msg: fmt.Sprintf("cannot read domain file %s: %v", df.Path, err)})
 			continue
+		} else {
+			f.Close()
 		}
-		n := 0
-		for ln, line := range strings.Split(string(data), "\n") {
-			if j := strings.IndexByte(line, '#'); j >= 0 {
-				line = line[:j]
-			}
-			line = strings.TrimSpace(line)
-			if line == "" {
-				continue
-			}
-			p, err := hostname.ParsePattern(line)
+		errs = append(errs, hostname.ReadPatternFile(df.Path, func(_ int, pattern string) error {
+			p, err := hostname.ParsePattern(pattern)
 			if err == nil && df.Decision == "deny" {
 				err = hostname.CheckDeny(p)
 			}
-			if err != nil {
-				errs = append(errs, &Error{File: df.Path, Line: ln + 1, Msg: err.Error()})
-				if n++; n >= 20 {
-					errs = append(errs, &Error{File: df.Path, Msg: "too many errors, stopping"})
-					break
-				}
-			}
-		}
+			return err
+		})...)
 	}
 	return errs
 }

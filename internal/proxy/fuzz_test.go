@@ -8,9 +8,9 @@ import (
 func TestRawHostHeader(t *testing.T) {
 	cases := map[string]string{
 		"GET http://a/ HTTP/1.1\r\nHost: b:80\r\n\r\nHost: body":  "b:80",
-		"GET http://a/ HTTP/1.1\r\nX: 1\r\nhOsT:   c \r\n\r\n":     "c",
+		"GET http://a/ HTTP/1.1\r\nX: 1\r\nhOsT:   c \r\n\r\n":    "c",
 		"GET http://a/ HTTP/1.1\r\nX: 1\r\n\r\nHost: in-body\r\n": "",
-		"GET http://a/ HTTP/1.1\nHost: lf-only\n\n":                 "lf-only",
+		"GET http://a/ HTTP/1.1\nHost: lf-only\n\n":               "lf-only",
 	}
 	for in, want := range cases {
 		if got := rawHostHeader([]byte(in)); got != want {

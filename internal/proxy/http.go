@@ -125,6 +125,11 @@ func (h *HTTPProxy) CloseIdle() { h.tr.CloseIdleConnections() }
 
 var errHeaderTooLarge = errors.New("request header too large")
 
+var (
+	readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+	writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}
+)
+
 // headLimiter bounds how many bytes a request head may take, and records
 // the raw bytes read while a head is parsed: http.ReadRequest drops the Host
 // header, which the absolute-form check needs.
@@ -187,8 +192,18 @@ func (h *HTTPProxy) ServeConn(ctx context.Context, c *Conn) {
 		}
 	}()
 	lim := &headLimiter{r: c}
-	br := bufio.NewReaderSize(lim, 4096)
-	bw := bufio.NewWriterSize(c, 4096)
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(lim)
+	bw := writerPool.Get().(*bufio.Writer)
+	bw.Reset(c)
+	defer func() {
+		// Idle tunnels and keep-alive connections should not pin 8 KiB of
+		// buffers each: hand them back once this loop is done with them.
+		br.Reset(nil)
+		readerPool.Put(br)
+		bw.Reset(nil)
+		writerPool.Put(bw)
+	}()
 	for first := true; ; first = false {
 		if !first {
 			// Keep-alive: wait for the next request's first byte.
@@ -315,7 +330,12 @@ func (h *HTTPProxy) servePlain(ctx context.Context, c *Conn, bw *bufio.Writer, r
 	h.gp.ServeHTTP(rw, req.WithContext(fctx))
 	rw.finish()
 	if body != nil && !body.done() {
-		return false // the upstream did not read the whole body: the stream is out of step
+		// The upstream did not read the whole body: the stream is out of
+		// step. Close the socket (unblocking a read the transport may still
+		// run) and stop the body before its buffer is reused.
+		c.TCPConn.Close()
+		body.stop()
+		return false
 	}
 	return !rw.closeAfter && rw.err == nil
 }
@@ -454,6 +474,7 @@ type trackedBody struct {
 	mu          sync.Mutex
 	rc          io.ReadCloser
 	eof         bool
+	stopped     bool
 	started     bool
 	onFirstRead func()
 }
@@ -463,6 +484,9 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	defer b.mu.Unlock()
 	if b.eof {
 		return 0, io.EOF
+	}
+	if b.stopped {
+		return 0, net.ErrClosed
 	}
 	if !b.started {
 		b.started = true
@@ -478,6 +502,13 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 }
 
 func (b *trackedBody) Close() error { return nil }
+
+// stop waits for a running read to end and refuses later ones.
+func (b *trackedBody) stop() {
+	b.mu.Lock()
+	b.stopped = true
+	b.mu.Unlock()
+}
 
 func (b *trackedBody) done() bool {
 	if !b.mu.TryLock() {
@@ -572,6 +603,55 @@ func (w *respWriter) Write(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// ReadFrom copies a response body without io.Copy's per-call 32 KiB
+// buffer: fixed-length bodies are read straight into the connection's
+// write buffer, chunked ones through a pooled buffer.
+func (w *respWriter) ReadFrom(r io.Reader) (int64, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.noBody {
+		return io.Copy(io.Discard, r)
+	}
+	if !w.chunked {
+		src := r
+		if w.remaining >= 0 {
+			src = io.LimitReader(r, w.remaining)
+		}
+		n, err := w.bw.ReadFrom(src)
+		if w.remaining >= 0 {
+			w.remaining -= n
+		}
+		if err != nil {
+			w.err = err
+		}
+		return n, err
+	}
+	bp := copyBufPool.Get().(*[]byte)
+	defer copyBufPool.Put(bp)
+	var total int64
+	for {
+		n, rerr := r.Read(*bp)
+		if n > 0 {
+			if _, err := w.Write((*bp)[:n]); err != nil {
+				return total, err
+			}
+			total += int64(n)
+		}
+		if rerr == io.EOF {
+			return total, nil
+		}
+		if rerr != nil {
+			return total, rerr
+		}
+	}
+}
+
+var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
 // Flush sends what is buffered (goproxy flushes streamed responses).
 func (w *respWriter) Flush() {

@@ -52,7 +52,11 @@ allow_local_binding = true
 enabled = false
 `
 
-func newStack(t *testing.T, policyTOML string, limits Limits, parent string) *stack {
+func newBenchStack(b *testing.B) *stack {
+	return newStack(b, testPolicy, Limits{}, "")
+}
+
+func newStack(t testing.TB, policyTOML string, limits Limits, parent string) *stack {
 	t.Helper()
 	cfg, err := config.Parse([]byte(policyTOML), "test.toml")
 	if err != nil {
@@ -280,7 +284,7 @@ func TestTunnelIdleTimeout(t *testing.T) {
 	if _, err := br.ReadByte(); err == nil {
 		t.Fatal("idle tunnel sent data")
 	}
-	if d := time.Since(start); d < 200*time.Millisecond || d > 2*time.Second {
+	if d := time.Since(start); d < 250*time.Millisecond || d > 900*time.Millisecond {
 		t.Fatalf("idle tunnel closed after %s, want about 300ms", d)
 	}
 }
@@ -440,4 +444,34 @@ func fdTargets() []string {
 		out = append(out, l)
 	}
 	return out
+}
+
+func TestTunnelWithoutIdleTimeoutOutlivesBusyWindow(t *testing.T) {
+	_, port := upstream(t)
+	// A Tunnel with Idle 0 never times out, even after the busy window.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			return
+		}
+		(&Tunnel{Client: c.(*net.TCPConn), Upstream: up.(*net.TCPConn)}).Run()
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(busyWindow + 300*time.Millisecond)
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: up.test\r\nConnection: close\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	data, _ := io.ReadAll(c)
+	if !strings.HasSuffix(string(data), "hello") {
+		t.Fatalf("tunnel idle past the busy window stopped working: %q", data)
+	}
 }

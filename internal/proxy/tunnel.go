@@ -18,11 +18,11 @@ import (
 // Tunnel copies bytes both ways between a client and an upstream socket
 // until both directions end, then closes both.
 //
-// Each direction first waits for readable data without holding anything,
-// then moves exactly the bytes available with io.Copy between the two
-// *net.TCPConn values — which the runtime turns into splice(2). Waiting
-// first matters: the runtime's splice keeps a pipe (two descriptors) for as
-// long as it waits, so thousands of idle tunnels would exhaust descriptors.
+// Bytes move with io.Copy between the two *net.TCPConn values, which the
+// runtime turns into splice(2). The runtime's splice keeps a pipe (two
+// descriptors) for as long as it waits, so an idle direction gives it back
+// and waits for readability without one: thousands of idle tunnels would
+// otherwise exhaust descriptors.
 type Tunnel struct {
 	Client, Upstream *net.TCPConn
 	// Early holds client bytes already read past the request (e.g. a TLS
@@ -67,32 +67,51 @@ func (t *Tunnel) Run() {
 	wg.Wait()
 }
 
-// pipe copies src → dst until EOF or error. On EOF it half-closes dst so
-// the peer sees the end while the other direction keeps flowing; on error
-// it closes both so the other direction stops too.
+// busyWindow is how long a direction keeps its splice pipe after the last
+// byte before it falls back to waiting without one.
+const busyWindow = time.Second
+
+// pipe copies src → dst until EOF or error. While bytes flow it splices
+// (io.Copy between the two *net.TCPConn); after busyWindow without data it
+// gives the pipe back and waits for readability without holding anything.
+// On EOF it half-closes dst so the peer sees the end while the other
+// direction keeps flowing; on error it closes both so the other direction
+// stops too.
 func (t *Tunnel) pipe(dst, src *net.TCPConn, dir string) {
 	var total int64
 	defer func() { t.Meter.Bytes(dir, string(t.Protocol), total) }()
 	for {
+		deadline := time.Now().Add(busyWindow)
+		if t.Idle > 0 {
+			if idleAt := time.Unix(0, t.last.Load()).Add(t.Idle); idleAt.Before(deadline) {
+				deadline = idleAt
+			}
+		}
+		src.SetReadDeadline(deadline)
+		n, err := io.Copy(dst, src)
+		total += n
+		if n > 0 {
+			t.last.Store(time.Now().UnixNano())
+		}
+		if err == nil { // orderly EOF
+			dst.CloseWrite()
+			src.CloseRead()
+			return
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			dst.Close()
+			src.Close()
+			return
+		}
 		avail, err := t.waitReadable(src)
 		if err != nil {
 			dst.Close()
 			src.Close()
 			return
 		}
-		if avail == 0 { // orderly EOF
+		if avail == 0 {
 			dst.CloseWrite()
 			src.CloseRead()
-			return
-		}
-		n, err := io.Copy(dst, &io.LimitedReader{R: src, N: int64(avail)})
-		total += n
-		if n > 0 {
-			t.last.Store(time.Now().UnixNano())
-		}
-		if err != nil || n < int64(avail) {
-			dst.Close()
-			src.Close()
 			return
 		}
 	}
@@ -109,6 +128,8 @@ func (t *Tunnel) waitReadable(src *net.TCPConn) (int, error) {
 	for {
 		if t.Idle > 0 {
 			src.SetReadDeadline(time.Unix(0, t.last.Load()).Add(t.Idle))
+		} else {
+			src.SetReadDeadline(time.Time{}) // clear the busy window's deadline
 		}
 		var avail int
 		var serr error

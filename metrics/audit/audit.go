@@ -119,8 +119,9 @@ type Writer struct {
 	logger *slog.Logger
 	onDrop func()
 
-	// mu guards closed and the send into queue, so Close never races a send
-	// on a closed channel; the data path only takes the read lock.
+	// mu makes Close wait for in-flight sends: once Close holds the write
+	// lock and sets closed, nothing more enters queue, so the writer's final
+	// drain sees every accepted record. The data path takes the read lock.
 	mu     sync.RWMutex
 	closed bool
 	queue  chan Record
@@ -133,12 +134,13 @@ type Writer struct {
 
 	dropped      atomic.Uint64 // total drops, for tests and Dropped()
 	droppedSince atomic.Uint64 // drops not yet reported in the log
+	lastDropLog  atomic.Int64  // unix ns of the last drop report (rate limit)
 }
 
 // Open opens (creating, mode 0600, with its folder) the audit file at path in
 // append mode and starts the writer. bufSize ≤ 0 means DefaultBufferSize.
-// logger receives write errors and drop reports (nil: slog.Default is NOT
-// used — pass one; a nil logger discards).
+// logger receives write errors and drop reports (nil discards them; the
+// drop counter still counts).
 func Open(path string, bufSize int, logger *slog.Logger, opts ...Option) (*Writer, error) {
 	if path == "" {
 		return nil, errors.New("audit: empty path (set [audit] path in the config)")
@@ -301,6 +303,22 @@ func (w *Writer) drop() {
 	if w.onDrop != nil {
 		w.onDrop()
 	}
+	// Reported from here too (not only by the writer goroutine), so drops
+	// are logged even while the writer is stuck on a slow disk.
+	w.reportDrops(false)
+}
+
+// reportDrops logs the drops not yet reported, at most once per second
+// unless force is set.
+func (w *Writer) reportDrops(force bool) {
+	now := time.Now().UnixNano()
+	last := w.lastDropLog.Load()
+	if !force && (now-last < int64(time.Second) || !w.lastDropLog.CompareAndSwap(last, now)) {
+		return
+	}
+	if n := w.droppedSince.Swap(0); n > 0 {
+		w.logger.Warn("audit buffer full: records dropped", "dropped", n, "path", w.path, "buffer_size", cap(w.queue))
+	}
 }
 
 // Reopen closes and reopens the audit file at the same path (log rotation:
@@ -371,11 +389,6 @@ func (w *Writer) run(f *os.File) {
 			bw.Reset(f) // drop the unwritable bytes rather than retry forever
 		}
 	}
-	reportDrops := func() {
-		if n := w.droppedSince.Swap(0); n > 0 {
-			w.logger.Warn("audit buffer full: records dropped", "dropped", n, "path", w.path, "buffer_size", cap(w.queue))
-		}
-	}
 	drain := func() {
 		for {
 			select {
@@ -396,12 +409,12 @@ func (w *Writer) run(f *os.File) {
 			}
 		case <-ticker.C:
 			flush()
-			reportDrops()
+			w.reportDrops(false)
 		case <-w.stop:
 			// closed is set, so nothing enters the queue any more.
 			drain()
 			flush()
-			reportDrops()
+			w.reportDrops(true)
 			err := f.Sync()
 			if errors.Is(err, syscall.EINVAL) {
 				err = nil // pipes and character devices cannot be synced

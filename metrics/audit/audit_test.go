@@ -280,7 +280,11 @@ func TestFullBufferDropsCountsAndLogs(t *testing.T) {
 	if drops.Load() == 0 || uint64(drops.Load()) != w.Dropped() {
 		t.Fatalf("drops=%d Dropped=%d, want equal and > 0", drops.Load(), w.Dropped())
 	}
-	// Drain the pipe so the writer can proceed and report.
+	// Logged while the writer is still stuck on the full pipe.
+	if !strings.Contains(logs.String(), "audit buffer full: records dropped") {
+		t.Fatalf("drop not logged while the writer is stuck; log:\n%s", logs.String())
+	}
+	// Drain the pipe so the writer can proceed; Close reports the rest.
 	go func() {
 		buf := make([]byte, 1<<16)
 		for {

@@ -12,6 +12,8 @@
     decided: [],          // newest first
     source: null,
     authed: false,
+    held: null,           // events held while the lists reload, or null
+    gen: 0,               // reload generation: only the latest one applies
   };
   const MAX_BLOCKED = 200;
   const MAX_DECIDED = 30;
@@ -270,13 +272,19 @@
 
   // ---- loading and live updates -------------------------------------------
 
-  async function loadAll() {
+  // fetchAll reads every list; applySnapshot replaces the page state.
+  async function fetchAll() {
     const [p, b, x, d] = await Promise.all([
       api("/api/approvals?status=pending"),
       api("/api/blocked").catch((e) => { if (e instanceof AuthError) throw e; return { blocked: [] }; }),
       api("/api/executions").catch((e) => { if (e instanceof AuthError) throw e; return { executions: [] }; }),
       api("/api/approvals?status=decided").catch((e) => { if (e instanceof AuthError) throw e; return { approvals: [] }; }),
     ]);
+    return { p: p, b: b, x: x, d: d };
+  }
+
+  function applySnapshot(snap) {
+    const p = snap.p, b = snap.b, x = snap.x, d = snap.d;
     state.pending.clear();
     for (const a of (p.approvals || [])) {
       if (a && a.id && (!a.status || a.status === "pending")) state.pending.set(a.id, a);
@@ -304,9 +312,29 @@
     const es = new EventSource("/api/events");
     state.source = es;
     es.addEventListener("open", () => {
-      setConn("live", "pill-on");
-      // Reload on every (re)connect: events missed while away are not replayed.
-      loadAll().then(() => showBanner("")).catch(onLoadError);
+      // Reload on every (re)connect: events missed while away are not
+      // replayed. The stream is subscribed before the lists are read, so
+      // events that arrive meanwhile are held and applied on top of the
+      // snapshot, in order, and none is lost or undone by it.
+      state.held = [];
+      const gen = ++state.gen;
+      setConn("loading…", "pill-off");
+      fetchAll().then((snap) => {
+        if (gen !== state.gen) return; // a newer reconnect reloads again
+        applySnapshot(snap);
+        const held = state.held || [];
+        state.held = null;
+        held.forEach((h) => h.fn(h.data));
+        showBanner("");
+        setConn("live", "pill-on");
+      }).catch((e) => { if (gen === state.gen) { state.held = null; onLoadError(e); } });
+    });
+    // on registers a handler that is held back while a reload is running.
+    const on = (name, fn) => es.addEventListener(name, (ev) => {
+      const data = parseData(ev);
+      if (!data) return;
+      if (state.held) state.held.push({ fn: fn, data: data });
+      else fn(data);
     });
     es.addEventListener("error", () => {
       if (es.readyState === EventSource.CLOSED) {
@@ -317,39 +345,40 @@
         setConn("reconnecting…", "pill-off");
       }
     });
-    es.addEventListener("approval_created", (ev) => {
-      const a = parseData(ev);
+    on("approval_created", (a) => {
       if (!a || !a.id || (a.status && a.status !== "pending")) return;
       state.pending.set(a.id, a);
       renderPending();
     });
-    es.addEventListener("approval_decided", (ev) => {
-      const a = parseData(ev);
+    on("approval_decided", (a) => {
       if (!a || !a.id) return;
       const known = state.pending.get(a.id);
       state.pending.delete(a.id);
       renderPending();
       noteDecided(Object.assign({}, known || {}, a));
     });
-    es.addEventListener("blocked", (ev) => {
-      const b = parseData(ev);
-      if (!b) return;
+    on("blocked", (b) => {
+      // A held event may already be in the snapshot.
+      const key = blockedKey(b);
+      if (state.blocked.some((x) => blockedKey(x) === key)) return;
       state.blocked.unshift(b);
       state.blocked.length = Math.min(state.blocked.length, MAX_BLOCKED);
       renderBlocked();
     });
-    es.addEventListener("execution_started", (ev) => {
-      const e = parseData(ev);
+    on("execution_started", (e) => {
       if (!e || !e.execution_id) return;
       state.executions.set(e.execution_id, e);
       renderExecutions();
     });
-    es.addEventListener("execution_ended", (ev) => {
-      const e = parseData(ev);
+    on("execution_ended", (e) => {
       if (!e || !e.execution_id) return;
       state.executions.delete(e.execution_id);
       renderExecutions();
     });
+  }
+
+  function blockedKey(b) {
+    return [b.ts, b.host, b.port, b.protocol, b.client, b.reason].join("|");
   }
 
   function onLoadError(e) {
