@@ -54,65 +54,79 @@ func (r *runner) attempt(ctx context.Context, sandboxed bool) (orchestrator.Atte
 		byUser    bool
 	)
 	close(collected)
+	var (
+		reg      netctl.Registration
+		regCh    chan regOutcome
+		consumed bool
+	)
+	evCtx, evCancel := context.WithCancel(ctx)
+	defer evCancel()
 	if network == sandbox.NetworkProxied {
-		rctx, rcancel := context.WithTimeout(ctx, netctl.QuickTimeout)
-		reg, err := r.client.Register(rctx, attribution.ExecutionSpec{
-			SessionID: r.opts.session, EnvironmentID: r.opts.envID, TurnID: r.opts.turnID,
-			Command: r.inv.HandlerArgv, Cwd: r.inv.Cwd, ApprovalPolicy: r.inv.Policy.Name,
-		})
-		rcancel()
-		if err != nil {
-			return ar, fmt.Errorf("--network proxied: %w", err)
-		}
-		ar.ExecutionID = reg.ExecutionID
-		defer func() {
-			uctx, ucancel := context.WithTimeout(context.Background(), netctl.QuickTimeout)
-			defer ucancel()
-			_ = r.client.Unregister(uctx, reg.ExecutionID)
-		}()
-		evCtx, evCancel := context.WithCancel(ctx)
-		defer evCancel()
-		events, err := r.client.Events(evCtx, reg.ExecutionID)
-		if err != nil {
-			return ar, fmt.Errorf("--network proxied: event stream: %w", err)
-		}
+		// Register and subscribe while the sandbox is being built; the
+		// command starts only after ProxyResolve returned, so the event
+		// stream is live before any request can be made.
+		regCh = make(chan regOutcome, 1)
+		go func() { regCh <- r.register(ctx, evCtx) }()
 		stop := make(chan struct{})
 		spec.Stop = stop
-		collected = make(chan struct{})
-		go func() {
-			defer close(collected)
-			var once sync.Once
-			for ev := range events {
-				mu.Lock()
-				switch ev.Type {
-				case attribution.EventDeniedByUser:
-					byUser = true
-					once.Do(func() { close(stop) })
-				case attribution.EventNetworkDecision, attribution.EventDeniedByPolicy:
-					if ev.Decision != "allow" && ev.Host != "" {
-						denials = appendDenial(denials, orchestrator.NetworkDenial{Host: ev.Host, Port: ev.Port,
-							Protocol: ev.Protocol, Reason: ev.Reason, Source: ev.Source, Decision: ev.Decision})
-					}
-				}
-				mu.Unlock()
+		spec.ProxyResolve = func(rctx context.Context) (*sandbox.ProxyTarget, error) {
+			var o regOutcome
+			select {
+			case o = <-regCh:
+			case <-rctx.Done():
+				return nil, rctx.Err()
 			}
-		}()
-		spec.Proxy = &sandbox.ProxyTarget{
-			HTTPAddr: reg.HTTPProxy, SOCKS5Addr: reg.SOCKS5Proxy, Token: reg.Token,
-			WriteFrame: attribution.WriteFrame,
+			consumed = true
+			if o.err != nil {
+				return nil, fmt.Errorf("--network proxied: %w", o.err)
+			}
+			reg = o.reg
+			collected = make(chan struct{})
+			go func() {
+				defer close(collected)
+				var once sync.Once
+				for ev := range o.events {
+					mu.Lock()
+					switch ev.Type {
+					case attribution.EventDeniedByUser:
+						byUser = true
+						once.Do(func() { close(stop) })
+					case attribution.EventNetworkDecision, attribution.EventDeniedByPolicy:
+						if ev.Decision != "allow" && ev.Host != "" {
+							denials = appendDenial(denials, orchestrator.NetworkDenial{Host: ev.Host, Port: ev.Port,
+								Protocol: ev.Protocol, Reason: ev.Reason, Source: ev.Source, Decision: ev.Decision})
+						}
+					}
+					mu.Unlock()
+				}
+			}()
+			return &sandbox.ProxyTarget{
+				HTTPAddr: reg.HTTPProxy, SOCKS5Addr: reg.SOCKS5Proxy, Token: reg.Token,
+				WriteFrame: attribution.WriteFrame,
+			}, nil
 		}
 	}
 
 	res, err := sandbox.Run(ctx, spec)
 	if network == sandbox.NetworkProxied {
-		// Events of this execution end with execution_ended after the
-		// DELETE; give the stream a moment so late decisions are counted.
-		uctx, ucancel := context.WithTimeout(context.Background(), netctl.QuickTimeout)
-		_ = r.client.Unregister(uctx, ar.ExecutionID)
-		ucancel()
-		select {
-		case <-collected:
-		case <-time.After(2 * time.Second):
+		if !consumed {
+			// The sandbox failed before it needed the proxy: finish and
+			// undo the registration.
+			if o := <-regCh; o.err == nil {
+				reg = o.reg
+			}
+		}
+		if reg.ExecutionID != "" {
+			ar.ExecutionID = reg.ExecutionID
+			// Events of this execution end with execution_ended after the
+			// DELETE; give the stream a moment so late decisions count.
+			uctx, ucancel := context.WithTimeout(context.Background(), netctl.QuickTimeout)
+			_ = r.client.Unregister(uctx, reg.ExecutionID)
+			ucancel()
+			select {
+			case <-collected:
+			case <-time.After(2 * time.Second):
+			}
 		}
 	}
 	if err != nil {
@@ -127,6 +141,35 @@ func (r *runner) attempt(ctx context.Context, sandboxed bool) (orchestrator.Atte
 	ar.Result = res
 	ar.Stdout, ar.Stderr = outBuf.Bytes(), errBuf.Bytes()
 	return ar, nil
+}
+
+type regOutcome struct {
+	reg    netctl.Registration
+	events <-chan attribution.Event
+	err    error
+}
+
+// register creates the execution and opens its event stream (on evCtx, so
+// the stream ends with the attempt). A failure after registering
+// unregisters again.
+func (r *runner) register(ctx, evCtx context.Context) regOutcome {
+	rctx, rcancel := context.WithTimeout(ctx, netctl.QuickTimeout)
+	defer rcancel()
+	reg, err := r.client.Register(rctx, attribution.ExecutionSpec{
+		SessionID: r.opts.session, EnvironmentID: r.opts.envID, TurnID: r.opts.turnID,
+		Command: r.inv.HandlerArgv, Cwd: r.inv.Cwd, ApprovalPolicy: r.inv.Policy.Name,
+	})
+	if err != nil {
+		return regOutcome{err: err}
+	}
+	events, err := r.client.Events(evCtx, reg.ExecutionID)
+	if err != nil {
+		uctx, ucancel := context.WithTimeout(context.Background(), netctl.QuickTimeout)
+		_ = r.client.Unregister(uctx, reg.ExecutionID)
+		ucancel()
+		return regOutcome{err: fmt.Errorf("event stream: %w", err)}
+	}
+	return regOutcome{reg: reg, events: events}
 }
 
 func appendDenial(ds []orchestrator.NetworkDenial, d orchestrator.NetworkDenial) []orchestrator.NetworkDenial {
