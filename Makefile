@@ -30,5 +30,5 @@ conformance:
 test: deps lint unit conformance
 
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./hostpolicy/... ./execcore/... ./approvalsvc/... ./metrics/...
+	$(GO) test -run '^$$' -bench . -benchmem ./hostpolicy/... ./execcore/... ./approvalsvc/... ./metrics/... ./attribution/... ./internal/proxy/...
 	$(GO) run ./test/loadbench -netproxy bin/netproxy

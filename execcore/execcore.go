@@ -259,7 +259,7 @@ func Evaluate(in Input) (Result, error) {
 	env.EffectivePermissions = env.RequestedPermissions
 	extra := map[string]string{}
 	if env.Tool == toolcall.ExecCommand {
-		for k, v := range envpolicy.UnifiedExecOverrides {
+		for k, v := range envpolicy.UnifiedExecOverrides() {
 			extra[k] = v
 		}
 	}

@@ -347,3 +347,33 @@ func TestApprovalIdentityKey(t *testing.T) {
 		t.Fatal("sandbox permissions are part of the key")
 	}
 }
+
+// The lowering must never let an allow rule bypass the sandbox for a script
+// whose words are not exactly what the shell will run.
+func TestLoweringEscapesNeverBypassSandbox(t *testing.T) {
+	rules := policy(t, `prefix_rule(pattern=["echo"])`+"\n"+`prefix_rule(pattern=["git"])`)
+	escapes := []string{
+		"echo hi; rm -rf x", "echo $(rm -rf x)", "echo `id`", "echo hi > /etc/x", "echo {a,b}", "echo ~root", "echo *",
+		"X=1 echo", "echo hi &", `echo $'\x41'`, "git status =(rm x)", "echo hi # c", "echo <(id)",
+		"echo a |& cat", "git status\n)", `echo "$HOME"`, `echo "\$HOME"`, "echo ${x:-$(id)}", "echo $((1+1))",
+		"(echo hi)", "{ echo hi; }", "! echo hi", "echo hi || rm x", "coproc echo", "echo x(e:id:)", "echo hi\nid",
+		"git -c core.pager=id log", // fine words, but `id`-free: must bypass (control below)
+	}
+	for _, s := range escapes[:len(escapes)-1] {
+		for _, sh := range []string{"bash", "zsh", "sh"} {
+			res, err := Evaluate(Input{Argv: a(sh, "-lc", s), ApprovalPolicy: onRequest, Sandbox: WW, Policy: rules, BaseCwd: "/w"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Requirement.Kind == Skip && res.Requirement.BypassSandbox {
+				t.Errorf("%s -lc %q bypasses the sandbox: commands %q", sh, s, res.Policy.Commands)
+			}
+		}
+	}
+	for _, s := range []string{"echo hi && git status", "git -c core.pager=id log", "echo 'a b' \"c d\" -x=1"} {
+		res, _ := Evaluate(Input{Argv: a("bash", "-lc", s), ApprovalPolicy: onRequest, Sandbox: WW, Policy: rules, BaseCwd: "/w"})
+		if !res.Requirement.BypassSandbox {
+			t.Errorf("%q: want bypass, got %+v", s, res.Requirement)
+		}
+	}
+}

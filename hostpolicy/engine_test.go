@@ -425,3 +425,71 @@ func TestMessages(t *testing.T) {
 		}
 	}
 }
+
+// Reference §9.2 method_allowed rows.
+func TestMethodAllowed(t *testing.T) {
+	for _, m := range []string{"GET", "POST", "CONNECT", "DELETE"} {
+		if !MethodAllowed(ModeFull, m) {
+			t.Errorf("full mode must allow %s", m)
+		}
+	}
+	for m, want := range map[string]bool{"GET": true, "HEAD": true, "OPTIONS": true, "get": true, "POST": false, "CONNECT": false, "PUT": false} {
+		if MethodAllowed(ModeLimited, m) != want {
+			t.Errorf("limited mode %s: want %v", m, want)
+		}
+	}
+}
+
+// Reference §9.2 is_loopback_host rows: localhost spellings are local
+// literals; a name that merely contains "localhost" is an ordinary name.
+func TestLocalhostVariants(t *testing.T) {
+	e := NewEngine(mustCompile(t, map[string]string{"*": "allow"}, false),
+		staticOnly{staticResolver(map[string][]string{"notlocalhost": {"93.184.216.34"}})}, ModeFull, nil)
+	for h, want := range map[string]Reason{
+		"localhost": ReasonNotAllowedLocal, "localhost.": ReasonNotAllowedLocal, "LOCALHOST": ReasonNotAllowedLocal,
+		"127.0.0.1": ReasonNotAllowedLocal, "::1": ReasonNotAllowedLocal, "1.2.3.4": ReasonNone, "notlocalhost": ReasonNone,
+	} {
+		d := e.Evaluate(context.Background(), Request{Host: h, Port: 80})
+		if d.Reason != want {
+			t.Errorf("%s: %q, want %q", h, d.Reason, want)
+		}
+	}
+}
+
+// Reference §9.3 add_allowed/add_denied rows, as live amendments.
+func TestAmendReferenceRows(t *testing.T) {
+	res := staticOnly{staticResolver(map[string][]string{"example.com": {"93.184.216.34"}})}
+	ctx := context.Background()
+	req := Request{Host: "example.com", Port: 443}
+
+	// add_denied_domain_removes_matching_allow_entry
+	e := NewEngine(mustCompile(t, map[string]string{"example.com": "allow"}, false), res, ModeFull, nil)
+	e.Amend("EXAMPLE.COM", Deny)
+	if d := e.Evaluate(ctx, req); d.Reason != ReasonDenied {
+		t.Errorf("amended deny over allow: %+v", d)
+	}
+	// …and a later allow_always replaces the amended deny
+	e.Amend("example.com", Allow)
+	if d := e.Evaluate(ctx, req); !d.Allowed() {
+		t.Errorf("amended allow after amended deny: %+v", d)
+	}
+
+	// add_denied_domain_forces_block_with_global_wildcard_allowlist
+	e = NewEngine(mustCompile(t, map[string]string{"*": "allow"}, false), res, ModeFull, nil)
+	if !e.Evaluate(ctx, Request{Host: "8.8.8.8", Port: 443}).Allowed() {
+		t.Fatal("8.8.8.8 under '*'")
+	}
+	e.Amend("8.8.8.8", Deny)
+	if d := e.Evaluate(ctx, Request{Host: "8.8.8.8", Port: 443}); d.Reason != ReasonDenied {
+		t.Errorf("amended deny under '*': %+v", d)
+	}
+
+	// add_allowed_domain_removes_matching_deny_entry — SPEC §3.4 differs: a
+	// configured deny is final and no reviewer can override it, so an
+	// amended allow does not lift a deny-list entry.
+	e = NewEngine(mustCompile(t, map[string]string{"example.com": "deny"}, false), res, ModeFull, nil)
+	e.Amend("ExAmPlE.CoM", Allow)
+	if d := e.Evaluate(ctx, req); d.Reason != ReasonDenied {
+		t.Errorf("configured deny must stay final: %+v", d)
+	}
+}

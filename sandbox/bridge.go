@@ -13,20 +13,19 @@ import (
 // tier, per-execution host) listeners to netproxy, writing the attribution
 // frame before any byte of the client.
 type bridge struct {
-	target *ProxyTarget
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	lns    []net.Listener
 	conns  map[net.Conn]struct{}
 }
 
-func newBridge(t *ProxyTarget) *bridge {
-	return &bridge{target: t, conns: map[net.Conn]struct{}{}}
+func newBridge() *bridge {
+	return &bridge{conns: map[net.Conn]struct{}{}}
 }
 
 // serve accepts on l until it is closed and relays each connection to
-// upstream (a netproxy listener address).
-func (b *bridge) serve(ctx context.Context, l net.Listener, upstream string) {
+// upstream (a netproxy listener address) with target's token and dialer.
+func (b *bridge) serve(ctx context.Context, l net.Listener, upstream string, target *ProxyTarget) {
 	b.mu.Lock()
 	b.lns = append(b.lns, l)
 	b.mu.Unlock()
@@ -49,7 +48,7 @@ func (b *bridge) serve(ctx context.Context, l net.Listener, upstream string) {
 			b.wg.Add(1)
 			go func() {
 				defer b.wg.Done()
-				b.relay(ctx, c, upstream)
+				b.relay(ctx, c, upstream, target)
 			}()
 		}
 	}()
@@ -65,11 +64,11 @@ func (b *bridge) track(c net.Conn, on bool) {
 	}
 }
 
-func (b *bridge) relay(ctx context.Context, client net.Conn, upstream string) {
+func (b *bridge) relay(ctx context.Context, client net.Conn, upstream string, target *ProxyTarget) {
 	defer client.Close()
 	b.track(client, true)
 	defer b.track(client, false)
-	dial := b.target.Dial
+	dial := target.Dial
 	if dial == nil {
 		var d net.Dialer
 		dial = d.DialContext
@@ -85,7 +84,7 @@ func (b *bridge) relay(ctx context.Context, client net.Conn, upstream string) {
 	defer b.track(up, false)
 	// Never forward unattributed bytes: the frame goes first or nothing does.
 	_ = up.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	if b.target.WriteFrame == nil || b.target.WriteFrame(up, b.target.Token) != nil {
+	if target.WriteFrame == nil || target.WriteFrame(up, target.Token) != nil {
 		return
 	}
 	_ = up.SetWriteDeadline(time.Time{})

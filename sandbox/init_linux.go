@@ -133,6 +133,13 @@ func superviseCommand(ctl int, cfg *initConfig) (int, error) {
 		_ = ctlSend(ctl, ctlMsg{Type: msgExited, Code: 127})
 		return 127, nil
 	}
+	// The init lets go of the caller's stdio once the command has it, so
+	// the caller sees EOF when the command's side closes, not when the
+	// namespaces are torn down.
+	devnull, err := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 125, stepErr("open /dev/null", err)
+	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH)
 	pid, err := syscall.ForkExec(path, cfg.Argv, &syscall.ProcAttr{
@@ -150,6 +157,10 @@ func superviseCommand(ctl int, cfg *initConfig) (int, error) {
 		_ = ctlSend(ctl, ctlMsg{Type: msgExited, Code: code})
 		return code, nil
 	}
+	for fd := range 3 {
+		_ = unix.Dup3(devnull, fd, 0)
+	}
+	unix.Close(devnull)
 	_ = ctlSend(ctl, ctlMsg{Type: msgStarted, Pid: pid})
 	go func() {
 		for s := range sigs {

@@ -188,7 +188,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	env := StripProxyEnv(s.Env)
 	var br *bridge
 	if s.Network == NetworkProxied {
-		br = newBridge(nil)
+		br = newBridge()
 		defer br.close()
 	}
 	switch tier {
@@ -215,7 +215,6 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 			if perr != nil {
 				return res, perr
 			}
-			br.target = p
 			httpAddr, socksAddr, ports, lerr := hostBridgeListeners(ctx, br, p)
 			if lerr != nil {
 				return res, lerr
@@ -332,7 +331,10 @@ loop:
 	for {
 		mustReap := res.TimedOut || res.Stopped || failure != nil || setupFail != nil || exited == nil
 		drained := outDone == nil && errDone == nil
-		if msgs == nil && drained && (waited || !mustReap) {
+		if drained && !mustReap {
+			break // the command exited and its output is complete
+		}
+		if msgs == nil && drained && waited {
 			break
 		}
 		if msgs == nil && waited && !drained && grace == nil {
@@ -363,7 +365,6 @@ loop:
 					}
 					continue
 				}
-				br.target = p
 				if lerr := acceptListenerFD(ctx, br, p, r.m.Name, r.fds); lerr != nil {
 					failure = lerr
 					kill()
@@ -410,6 +411,14 @@ loop:
 			// The init has handlers, so a signal from this (ancestor)
 			// namespace reaches it; it forwards to the command.
 			_ = cmd.Process.Signal(syscall.Signal(sig))
+		}
+	}
+	// Wake the reader (it may still block in recvmsg) and let it finish
+	// before the deferred close frees the fd number.
+	_ = unix.Shutdown(parentFD, unix.SHUT_RDWR)
+	for r := range msgs {
+		for _, f := range r.fds {
+			unix.Close(f)
 		}
 	}
 	res.Duration = time.Since(start)
@@ -497,7 +506,7 @@ func acceptListenerFD(ctx context.Context, br *bridge, p *ProxyTarget, name stri
 	if err != nil {
 		return fmt.Errorf("sandbox: listener %q: %w", name, err)
 	}
-	br.serve(ctx, l, upstream)
+	br.serve(ctx, l, upstream, p)
 	return nil
 }
 
@@ -509,7 +518,7 @@ func hostBridgeListeners(ctx context.Context, br *bridge, p *ProxyTarget) (httpA
 	if err != nil {
 		return "", "", nil, fmt.Errorf("sandbox: bridge listener: %w", err)
 	}
-	br.serve(ctx, hl, p.HTTPAddr)
+	br.serve(ctx, hl, p.HTTPAddr, p)
 	httpAddr = hl.Addr().String()
 	ports = append(ports, uint16(hl.Addr().(*net.TCPAddr).Port))
 	if p.SOCKS5Addr != "" {
@@ -517,7 +526,7 @@ func hostBridgeListeners(ctx context.Context, br *bridge, p *ProxyTarget) (httpA
 		if err != nil {
 			return "", "", nil, fmt.Errorf("sandbox: bridge listener: %w", err)
 		}
-		br.serve(ctx, sl, p.SOCKS5Addr)
+		br.serve(ctx, sl, p.SOCKS5Addr, p)
 		socksAddr = sl.Addr().String()
 		ports = append(ports, uint16(sl.Addr().(*net.TCPAddr).Port))
 	}
@@ -546,7 +555,7 @@ func runUnsandboxed(ctx context.Context, s Spec) (Result, error) {
 		if err != nil {
 			return res, err
 		}
-		br := newBridge(p)
+		br := newBridge()
 		defer br.close()
 		httpAddr, socksAddr, _, err := hostBridgeListeners(ctx, br, p)
 		if err != nil {

@@ -455,3 +455,32 @@ func TestSandboxUnprivileged(t *testing.T) {
 	}
 	t.Logf("as nobody:\n%s", out)
 }
+
+func TestSandboxProxyResolveFailureFailsClosed(t *testing.T) {
+	wd := workdir(t)
+	_, err := Run(context.Background(), Spec{Cwd: wd, Argv: sh("touch ran"), Kind: KindWorkspaceWrite, Network: NetworkProxied,
+		Tier: TierNamespaces, Timeout: 10 * time.Second,
+		ProxyResolve: func(context.Context) (*ProxyTarget, error) { return nil, fmt.Errorf("netproxy unreachable") }})
+	if err == nil || !strings.Contains(err.Error(), "netproxy unreachable") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, serr := os.Stat(filepath.Join(wd, "ran")); serr == nil {
+		t.Fatal("the command ran although the proxy could not be resolved")
+	}
+}
+
+func TestSandboxProxyResolveLazy(t *testing.T) {
+	p := startFramingProxy(t)
+	wd := workdir(t)
+	token := "lazy-" + strings.Repeat("b2", 16)
+	r := sandboxRun(t, Spec{Cwd: wd, Network: NetworkProxied, Argv: sh(`curl -sS -m 5 http://x.test/`),
+		ProxyResolve: func(context.Context) (*ProxyTarget, error) {
+			return &ProxyTarget{HTTPAddr: p.ln.Addr().String(), Token: token, WriteFrame: attribution.WriteFrame}, nil
+		}})
+	if r.ExitCode != 0 || r.Stdout != "via-proxy" {
+		t.Fatalf("exit %d out %q err %q", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	if toks, _ := p.seen(); len(toks) != 1 || toks[0] != token {
+		t.Fatalf("tokens %v", toks)
+	}
+}

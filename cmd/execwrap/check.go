@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"strings"
 
 	"github.com/netproxy/netproxy/execcore"
@@ -24,6 +25,11 @@ const (
 // runCheck implements `execwrap check`: it evaluates the command offline
 // and prints the SPEC 7.6 JSON (--json) or a readable explanation.
 func runCheck(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// A short-lived process: collecting garbage while loading the rules
+	// costs more than it saves. The memory limit keeps a huge rules file
+	// bounded (the collector runs again above it).
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(256 << 20))
 	f, err := parseCheckFlags("execwrap check", args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -34,11 +34,11 @@ func ParseInherit(s string) (Inherit, error) {
 	return "", fmt.Errorf("invalid environment inherit %q (want all, core or none)", s)
 }
 
-// CoreVars are kept by inherit = core (matched case-insensitively).
-var CoreVars = []string{"PATH", "SHELL", "TMPDIR", "TEMP", "TMP", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "LOGNAME", "USER"}
+// coreVars are kept by inherit = core (matched case-insensitively).
+var coreVars = []string{"PATH", "SHELL", "TMPDIR", "TEMP", "TMP", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "LOGNAME", "USER"}
 
-// DefaultExcludes are dropped unless IgnoreDefaultExcludes is true.
-var DefaultExcludes = []string{"*KEY*", "*SECRET*", "*TOKEN*"}
+// defaultExcludes are dropped unless IgnoreDefaultExcludes is true.
+var defaultExcludes = []string{"*KEY*", "*SECRET*", "*TOKEN*"}
 
 // Policy is the shell-environment policy. The zero value inherits
 // everything except the default excludes.
@@ -117,7 +117,7 @@ func Build(p Policy, parent []string, extra map[string]string) []string {
 		case InheritAll:
 			put(k, v)
 		case InheritCore:
-			for _, c := range CoreVars {
+			for _, c := range coreVars {
 				if strings.EqualFold(c, k) {
 					put(k, v)
 					break
@@ -133,7 +133,7 @@ func Build(p Policy, parent []string, extra map[string]string) []string {
 		}
 	}
 	if !p.IgnoreDefaultExcludes {
-		drop(func(k string) bool { return !matchAny(DefaultExcludes, k) })
+		drop(func(k string) bool { return !matchAny(defaultExcludes, k) })
 	}
 	if len(p.Exclude) > 0 {
 		drop(func(k string) bool { return !matchAny(p.Exclude, k) })
@@ -155,10 +155,24 @@ func Build(p Policy, parent []string, extra map[string]string) []string {
 	return out
 }
 
-// UnifiedExecOverrides are the fixed variables of an exec_command
+// CoreVars returns the names kept by inherit = core.
+func CoreVars() []string { return append([]string(nil), coreVars...) }
+
+// DefaultExcludes returns the patterns dropped unless IgnoreDefaultExcludes.
+func DefaultExcludes() []string { return append([]string(nil), defaultExcludes...) }
+
+// UnifiedExecOverrides returns the fixed variables of an exec_command
 // (non-interactive, predictable output), reference §8.2 without the
-// vendor-specific names.
-var UnifiedExecOverrides = map[string]string{
+// vendor-specific names. Each call returns a fresh map.
+func UnifiedExecOverrides() map[string]string {
+	out := make(map[string]string, len(unifiedExecOverrides))
+	for k, v := range unifiedExecOverrides {
+		out[k] = v
+	}
+	return out
+}
+
+var unifiedExecOverrides = map[string]string{
 	"NO_COLOR":  "1",
 	"TERM":      "dumb",
 	"LANG":      "C.UTF-8",

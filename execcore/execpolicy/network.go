@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"unicode"
 )
@@ -99,10 +100,24 @@ func NormalizeNetworkRuleHost(raw string) (string, error) {
 	if strings.IndexFunc(h, unicode.IsSpace) >= 0 {
 		return "", fmt.Errorf("network_rule host must not contain whitespace (got %q)", raw)
 	}
+	if strings.Contains(h, ":") {
+		// Only an IPv6 literal may hold a colon.
+		a, err := netip.ParseAddr(h)
+		if err != nil || !a.Is6() {
+			return "", fmt.Errorf("network_rule host must be a hostname or IP literal (got %q)", raw)
+		}
+		return h, nil
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" {
+			return "", fmt.Errorf("network_rule host has an empty label (got %q)", raw)
+		}
+	}
 	for _, c := range h {
-		// Quotes, backslashes and control bytes are never part of a host
-		// and would break the line written by FormatNetworkRule.
-		if c < 0x20 || c == 0x7f || c == '"' || c == '\\' || c == '\'' {
+		// Letters, digits, '-', '_', '.', and non-ASCII (IDN) letters only:
+		// quotes, backslashes and control bytes would also break the line
+		// written by FormatNetworkRule.
+		if !(c == '-' || c == '_' || c == '.' || unicode.IsLetter(c) || unicode.IsDigit(c) || c >= 0x80 && unicode.IsPrint(c)) {
 			return "", fmt.Errorf("network_rule host contains an invalid character (got %q)", raw)
 		}
 	}

@@ -11,7 +11,9 @@ package execpolicy
 import (
 	"fmt"
 	"path/filepath"
+	"sort"
 	"strings"
+	"unicode/utf8"
 )
 
 // Decision is the verdict of a prefix rule; the order is the strictness
@@ -369,4 +371,61 @@ func (p *Policy) Check(cmds [][]string, opts MatchOptions, fallback Fallback) Ev
 		}
 	}
 	return ev
+}
+
+// Limits of FormatAllowPrefixes.
+const (
+	maxAllowPrefixes     = 100
+	maxAllowPrefixChars  = 5000
+	allowPrefixTruncated = "...\n[Some commands were truncated]"
+)
+
+// FormatAllowPrefixes renders approved prefixes for display (for example
+// to tell a model which commands run without approval): sorted by token
+// count, then total length, then lexicographically; at most 100 lines of
+// `- ["tok", "tok"]`, at most 5 000 characters; a truncation appends
+// "...\n[Some commands were truncated]".
+func FormatAllowPrefixes(prefixes [][]string) string {
+	sorted := append([][]string(nil), prefixes...)
+	total := func(p []string) int {
+		n := 0
+		for _, t := range p {
+			n += len(t)
+		}
+		return n
+	}
+	sort.SliceStable(sorted, func(i, j int) bool {
+		a, b := sorted[i], sorted[j]
+		if len(a) != len(b) {
+			return len(a) < len(b)
+		}
+		if ta, tb := total(a), total(b); ta != tb {
+			return ta < tb
+		}
+		return strings.Join(a, "\x00") < strings.Join(b, "\x00")
+	})
+	truncated := false
+	if len(sorted) > maxAllowPrefixes {
+		sorted, truncated = sorted[:maxAllowPrefixes], true
+	}
+	lines := make([]string, len(sorted))
+	for i, p := range sorted {
+		q := make([]string, len(p))
+		for k, t := range p {
+			q[k] = jsonString(t)
+		}
+		lines[i] = "- [" + strings.Join(q, ", ") + "]"
+	}
+	out := strings.Join(lines, "\n")
+	if len(out) > maxAllowPrefixChars {
+		cut := maxAllowPrefixChars
+		for cut > 0 && !utf8.RuneStart(out[cut]) {
+			cut--
+		}
+		out, truncated = out[:cut], true
+	}
+	if truncated {
+		out += allowPrefixTruncated
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package execpolicy
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -365,5 +366,52 @@ func TestFormatRulesRoundTrip(t *testing.T) {
 	}
 	if got := p.NetworkRules()[0]; got.Justification != nr.Justification || got.Host != "a.test" {
 		t.Fatalf("%+v", got)
+	}
+}
+
+// Reference §10.1 rows 35-36.
+func TestFormatAllowPrefixes(t *testing.T) {
+	var many [][]string
+	for i := 0; i < 150; i++ {
+		many = append(many, a(fmt.Sprintf("tool-%03d", i)))
+	}
+	out := FormatAllowPrefixes(many)
+	if !strings.HasSuffix(out, "...\n[Some commands were truncated]") || strings.Count(out, "\n")+1 != 101 {
+		t.Fatalf("lines %d: %s", strings.Count(out, "\n")+1, out[len(out)-80:])
+	}
+	if !strings.HasPrefix(out, `- ["tool-000"]`) {
+		t.Fatal(out[:40])
+	}
+	var long [][]string
+	for i := 0; i < 200; i++ {
+		long = append(long, a(fmt.Sprintf("tool-%03d", i), strings.Repeat("x", 500)))
+	}
+	out = FormatAllowPrefixes(long)
+	if len(out) > 5000+len("...\n[Some commands were truncated]") || !strings.HasSuffix(out, "[Some commands were truncated]") {
+		t.Fatalf("len %d", len(out))
+	}
+	got := FormatAllowPrefixes([][]string{a("git", "status"), a("ls"), a("cat", "x"), a("rm")})
+	if got != "- [\"ls\"]\n- [\"rm\"]\n- [\"cat\", \"x\"]\n- [\"git\", \"status\"]" {
+		t.Fatalf("%q", got)
+	}
+}
+
+// Reference §10.1 row 32: prefix and network amendments share a file, in order.
+func TestAppendPrefixAndNetworkRules(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules", "default.rules")
+	if _, err := AppendPrefixRule(path, a("curl")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AppendNetworkRule(path, NetworkRule{Host: "api.github.com", Protocol: "https", Decision: "allow"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	want := "prefix_rule(pattern=[\"curl\"], decision=\"allow\")\nnetwork_rule(host=\"api.github.com\", protocol=\"https\", decision=\"allow\")\n"
+	if string(got) != want {
+		t.Fatalf("%q", got)
+	}
+	p, err := LoadFiles(path)
+	if err != nil || len(p.RulesFor("curl")) != 1 || len(p.NetworkRules()) != 1 {
+		t.Fatalf("%v", err)
 	}
 }

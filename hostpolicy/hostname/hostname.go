@@ -176,27 +176,33 @@ func endsInNumber(s string) bool {
 // "IPv4 parser"): one to four dot-separated parts, each decimal, octal (leading
 // 0) or hex (0x), the last part filling the remaining bytes.
 func ParseIPv4(s string) (netip.Addr, error) {
-	parts := strings.Split(s, ".")
-	if len(parts) > 4 {
-		return netip.Addr{}, errors.New("IPv4 address with more than four parts")
-	}
-	nums := make([]uint64, len(parts))
-	for i, p := range parts {
-		n, ok := parseIPv4Part(p)
-		if !ok {
-			return netip.Addr{}, fmt.Errorf("invalid IPv4 part %q", clip(p))
+	var nums [4]uint64
+	n := 0
+	for rest := s; ; {
+		part, tail, more := strings.Cut(rest, ".")
+		if n == 4 {
+			return netip.Addr{}, errors.New("IPv4 address with more than four parts")
 		}
-		nums[i] = n
+		v, ok := parseIPv4Part(part)
+		if !ok {
+			return netip.Addr{}, fmt.Errorf("invalid IPv4 part %q", clip(part))
+		}
+		nums[n] = v
+		n++
+		if !more {
+			break
+		}
+		rest = tail
 	}
 	var v uint64
-	for i := 0; i < len(nums)-1; i++ {
+	for i := 0; i < n-1; i++ {
 		if nums[i] > 255 {
 			return netip.Addr{}, errors.New("IPv4 part out of range")
 		}
 		v |= nums[i] << (8 * (3 - i))
 	}
-	last := nums[len(nums)-1]
-	if last >= 1<<(8*(5-len(nums))) {
+	last := nums[n-1]
+	if last >= 1<<(8*(5-n)) {
 		return netip.Addr{}, errors.New("IPv4 address out of range")
 	}
 	v |= last

@@ -37,6 +37,11 @@ func TestNormalize(t *testing.T) {
 		{"münchen.de:443", "xn--mnchen-3ya.de"},
 		{"例え.テスト", "xn--r8jz45g.xn--zckzah"},
 		{"bücher.example。", "xn--bcher-kva.example"},
+		{"ＥＸＡＭＰＬＥ.com", "example.com"},       // fullwidth letters map to ASCII
+		{"ex\u00adample.com", "example.com"}, // soft hyphen is ignored (UTS #46)
+		{"exa\u200bmple.com", "example.com"}, // zero-width space is ignored
+		{"faß.de", "xn--fa-hia.de"},          // non-transitional: ß kept
+		{"☃.net", "xn--n3h.net"},
 		// numeric IPv4 spellings (SPEC §3.1)
 		{"127.0.0.1", "127.0.0.1"},
 		{"127.1", "127.0.0.1"},
@@ -87,7 +92,7 @@ func TestNormalizeRejects(t *testing.T) {
 		"example.123", "::ffff:1.2.3", "127.0.0.1%25eth0", "127.0.0.1%eth0",
 		"fe80::1%", "fe80::1%e/h", "127%252e0%252e0%252e1", "%zz",
 		"example.com%00", strings.Repeat("a", 64) + ".com", strings.Repeat("a.", 127) + "com",
-		"\u200b", "xn--\u00e9", "a.test:b.test", "example.com:123456", "[::1]:abc",
+		"\u200b", "xn--\u00e9", "\u0300x.test", "a\u200db.test", "١٢٧.0.0.1", "a.test:b.test", "example.com:123456", "[::1]:abc",
 		"127.0.0.1:80@evil.test",
 	} {
 		if got, err := Normalize(in); err == nil {

@@ -223,3 +223,37 @@ func TestKeyLines(t *testing.T) {
 		}
 	}
 }
+
+// TestCollectionsReplaceDefaults: a table or array the file writes replaces
+// the base's (no merging of allow lists); one it leaves out is inherited.
+func TestCollectionsReplaceDefaults(t *testing.T) {
+	base := append(append([]byte(nil), configs.DefaultTOML...), []byte(`
+[network.domains]
+"base.test" = "allow"
+[dns.hosts]
+"base.test" = ["1.1.1.1"]
+[[approvals.hooks]]
+command = ["/base/hook"]
+`)...)
+	// the appended tables repeat ones the default already opens; rebuild
+	// the base without those empty openings
+	base = []byte(strings.NewReplacer("[network.domains]             # pattern = \"allow\" | \"deny\"; empty: nothing is allowed\n", "",
+		"[dns.hosts]                   # static answers, consulted before the system resolver\n", "").Replace(string(base)))
+	c, errs := decodeOver(base, []byte("[network.domains]\n\"file.test\" = \"allow\"\n"), "/x/np.toml", "np.toml")
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if len(c.Network.Domains) != 1 || c.Network.Domains["file.test"] != "allow" {
+		t.Errorf("domains must be replaced, got %v", c.Network.Domains)
+	}
+	if len(c.DNS.Hosts["base.test"]) != 1 || len(c.Approvals.Hooks) != 1 {
+		t.Errorf("untouched collections must be inherited: %v %v", c.DNS.Hosts, c.Approvals.Hooks)
+	}
+	c, errs = decodeOver(base, []byte("[dns.hosts]\n[[approvals.hooks]]\ncommand = [\"/file/hook\"]\n"), "/x/np.toml", "np.toml")
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if len(c.DNS.Hosts) != 0 || len(c.Approvals.Hooks) != 1 || c.Approvals.Hooks[0].Command[0] != "/file/hook" || c.Network.Domains["base.test"] != "allow" {
+		t.Errorf("replace: hosts %v hooks %+v domains %v", c.DNS.Hosts, c.Approvals.Hooks, c.Network.Domains)
+	}
+}

@@ -120,8 +120,13 @@ func decode(data []byte, file string) (*Config, []error) { return decodeNamed(da
 // decodeNamed decodes the embedded default, then data over it. file is the
 // absolute path (for relative paths); shown is the name used in messages.
 func decodeNamed(data []byte, file, shown string) (*Config, []error) {
+	return decodeOver(configs.DefaultTOML, data, file, shown)
+}
+
+// decodeOver decodes base (the embedded default), then data over it.
+func decodeOver(base, data []byte, file, shown string) (*Config, []error) {
 	c := &Config{}
-	if err := toml.Unmarshal(configs.DefaultTOML, c); err != nil {
+	if err := toml.Unmarshal(base, c); err != nil {
 		return nil, []error{&Error{File: "configs/default.toml", Msg: err.Error()}}
 	}
 	if file != "" {

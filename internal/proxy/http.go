@@ -35,6 +35,7 @@ type HTTPProxy struct {
 	limits Limits
 	gp     *goproxy.ProxyHttpServer
 	tr     *http.Transport
+	pool   *upstreamPool // nil with a parent proxy
 	wg     sync.WaitGroup
 }
 
@@ -62,6 +63,13 @@ func NewHTTP(core *Core) *HTTPProxy {
 	gp.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "missing host", http.StatusBadRequest)
 	})
+	if core.Dialer.Parent == "" {
+		h.pool = newUpstreamPool(core.Dialer.DialContext, h.tr)
+		gp.OnRequest().DoFunc(func(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+			ctx.RoundTripper = h.pool
+			return r, nil
+		})
+	}
 	gp.OnResponse().DoFunc(h.filterResponse)
 	h.gp = gp
 	return h
@@ -121,7 +129,12 @@ func (h *HTTPProxy) Serve(ctx context.Context, g *Gate) error {
 func (h *HTTPProxy) Wait() { h.wg.Wait() }
 
 // CloseIdle drops pooled upstream connections.
-func (h *HTTPProxy) CloseIdle() { h.tr.CloseIdleConnections() }
+func (h *HTTPProxy) CloseIdle() {
+	h.tr.CloseIdleConnections()
+	if h.pool != nil {
+		h.pool.closeIdle(false)
+	}
+}
 
 var errHeaderTooLarge = errors.New("request header too large")
 
@@ -317,15 +330,14 @@ func (h *HTTPProxy) servePlain(ctx context.Context, c *Conn, bw *bufio.Writer, r
 	var body *trackedBody
 	if req.Body != nil && req.Body != http.NoBody {
 		body = &trackedBody{rc: req.Body}
-		if expectsContinue(req) {
-			body.onFirstRead = func() {
-				bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
-				bw.Flush()
-			}
-		}
 		req.Body = body
 	}
 	rw := &respWriter{bw: bw, req: req, header: make(http.Header), closeAfter: req.Close}
+	if body != nil && expectsContinue(req) {
+		// Runs on the transport's goroutine; the gate keeps it from writing
+		// once the final response has started.
+		body.onFirstRead = rw.sendContinue
+	}
 	fctx := WithTarget(ctx, TargetOf(d))
 	h.gp.ServeHTTP(rw, req.WithContext(fctx))
 	rw.finish()
@@ -522,6 +534,7 @@ func (b *trackedBody) done() bool {
 // response into; it frames the body for the client (Content-Length,
 // chunked, or close-delimited for HTTP/1.0).
 type respWriter struct {
+	headMu      sync.Mutex // orders a 100 Continue against the final head
 	bw          *bufio.Writer
 	req         *http.Request
 	header      http.Header
@@ -535,10 +548,23 @@ type respWriter struct {
 
 func (w *respWriter) Header() http.Header { return w.header }
 
+// sendContinue tells a client waiting on Expect: 100-continue to send its
+// body, unless the final response has already begun.
+func (w *respWriter) sendContinue() {
+	w.headMu.Lock()
+	defer w.headMu.Unlock()
+	if !w.wroteHeader {
+		w.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+		w.bw.Flush()
+	}
+}
+
 func (w *respWriter) WriteHeader(code int) {
 	if w.wroteHeader || code < 200 {
 		return
 	}
+	w.headMu.Lock()
+	defer w.headMu.Unlock()
 	w.wroteHeader = true
 	h := w.header
 	removeHopByHop(h)

@@ -81,6 +81,18 @@ func (t *Tunnel) pipe(dst, src *net.TCPConn, dir string) {
 	var total int64
 	defer func() { t.Meter.Bytes(dir, string(t.Protocol), total) }()
 	for {
+		// Wait first: a direction that never carries data never takes a pipe.
+		avail, err := t.waitReadable(src)
+		if err != nil {
+			dst.Close()
+			src.Close()
+			return
+		}
+		if avail == 0 { // orderly EOF
+			dst.CloseWrite()
+			src.CloseRead()
+			return
+		}
 		deadline := time.Now().Add(busyWindow)
 		if t.Idle > 0 {
 			if idleAt := time.Unix(0, t.last.Load()).Add(t.Idle); idleAt.Before(deadline) {
@@ -101,17 +113,6 @@ func (t *Tunnel) pipe(dst, src *net.TCPConn, dir string) {
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
 			dst.Close()
 			src.Close()
-			return
-		}
-		avail, err := t.waitReadable(src)
-		if err != nil {
-			dst.Close()
-			src.Close()
-			return
-		}
-		if avail == 0 {
-			dst.CloseWrite()
-			src.CloseRead()
 			return
 		}
 	}
