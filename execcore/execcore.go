@@ -118,6 +118,8 @@ type RuleMatch struct {
 	execpolicy.RuleMatch
 	// Danger is the heuristics' dangerous-command class (heuristics only).
 	Danger heuristics.Danger
+	// Safe reports a known-safe read-only command (heuristics only).
+	Safe bool
 	// Inner marks a restrictive rule matched by a command found inside a
 	// script that the lowering could not reduce (stricter than R2).
 	Inner bool
@@ -328,6 +330,7 @@ func evaluate(pol *execpolicy.Policy, cmds [][]string, hctx heuristics.Context) 
 			ev.MatchedRules = append(ev.MatchedRules, RuleMatch{
 				RuleMatch: execpolicy.RuleMatch{Kind: execpolicy.KindHeuristics, Command: append([]string(nil), cmd...), Decision: u.Decision},
 				Danger:    u.Danger,
+				Safe:      u.Safe,
 			})
 		} else {
 			for _, m := range ms {

@@ -215,6 +215,9 @@ func heuristicWhy(m execcore.RuleMatch) string {
 	if m.Danger.String() != "none" {
 		parts = append(parts, "dangerous: "+m.Danger.String())
 	}
+	if m.Safe {
+		parts = append(parts, "known safe read-only command")
+	}
 	return strings.Join(parts, "; ")
 }
 

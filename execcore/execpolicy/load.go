@@ -68,9 +68,15 @@ func RulesFiles(dir string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("failed to read rules file %s: %w", p, err)
 		}
-		if st.Mode().IsRegular() {
-			files = append(files, p)
+		if !st.Mode().IsRegular() {
+			continue
 		}
+		// Anyone who can write a rules file can allow any command outside
+		// the sandbox: refuse world-writable files instead of trusting them.
+		if st.Mode().Perm()&0o002 != 0 {
+			return nil, fmt.Errorf("rules file %s is writable by every user; run chmod o-w on it", p)
+		}
+		files = append(files, p)
 	}
 	sort.Strings(files)
 	return files, nil

@@ -415,3 +415,21 @@ func TestAppendPrefixAndNetworkRules(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+func TestWorldWritableRulesFileIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "open.rules")
+	writeFile(t, path, `prefix_rule(pattern=["ls"])`)
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadDirs(dir); err == nil || !strings.Contains(err.Error(), "writable by every user") {
+		t.Fatalf("err = %v", err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadDirs(dir); err != nil {
+		t.Fatal(err)
+	}
+}

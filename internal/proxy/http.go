@@ -315,7 +315,7 @@ func (h *HTTPProxy) servePlain(ctx context.Context, c *Conn, bw *bufio.Writer, r
 		return false
 	}
 	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method)
-	d := h.core.decide(ctx, hreq)
+	d := h.core.decideWatching(ctx, c, hreq)
 	if !d.Allowed() {
 		keep := !hasBody(req) && !req.Close
 		writeBlockedJSON(bw, d, keep)
@@ -446,7 +446,7 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 		return false
 	}
 	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTPS, http.MethodConnect)
-	d := h.core.decide(ctx, hreq)
+	d := h.core.decideWatching(ctx, c, hreq)
 	if !d.Allowed() {
 		writeBlockedText(bw, d)
 		return false

@@ -56,7 +56,7 @@ func newBenchStack(b *testing.B) *stack {
 	return newStack(b, testPolicy, Limits{}, "")
 }
 
-func newStack(t testing.TB, policyTOML string, limits Limits, parent string) *stack {
+func newStack(t testing.TB, policyTOML string, limits Limits, parent string, decider ...hostpolicy.Decider) *stack {
 	t.Helper()
 	cfg, err := config.Parse([]byte(policyTOML), "test.toml")
 	if err != nil {
@@ -70,7 +70,11 @@ func newStack(t testing.TB, policyTOML string, limits Limits, parent string) *st
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := hostpolicy.NewEngine(pol, res, cfg.Network.Mode, nil)
+	var d hostpolicy.Decider
+	if len(decider) > 0 {
+		d = decider[0]
+	}
+	eng := hostpolicy.NewEngine(pol, res, cfg.Network.Mode, d)
 	s := &stack{tracker: NewTracker(100, nil), registry: attribution.NewRegistry()}
 	core := &Core{
 		Engine:     eng,
@@ -473,5 +477,44 @@ func TestTunnelWithoutIdleTimeoutOutlivesBusyWindow(t *testing.T) {
 	data, _ := io.ReadAll(c)
 	if !strings.HasSuffix(string(data), "hello") {
 		t.Fatalf("tunnel idle past the busy window stopped working: %q", data)
+	}
+}
+
+// blockingDecider holds every review until the request's context ends.
+type blockingDecider struct{ cancelled chan string }
+
+func (b blockingDecider) Decide(ctx context.Context, req hostpolicy.Request, base hostpolicy.Decision) hostpolicy.Decision {
+	<-ctx.Done()
+	b.cancelled <- string(req.Protocol)
+	base.Verdict = hostpolicy.Deny
+	return base
+}
+
+// TestVanishedClientCancelsReview: a client that leaves while its request
+// waits for a review cancels the review's context (HTTP, CONNECT, SOCKS5).
+func TestVanishedClientCancelsReview(t *testing.T) {
+	dec := blockingDecider{cancelled: make(chan string, 3)}
+	s := newStack(t, testPolicy, Limits{}, "", dec)
+
+	for _, send := range []struct {
+		addr, data string
+	}{
+		{s.httpAddr, "GET http://other.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n"},
+		{s.httpAddr, "CONNECT other.test:443 HTTP/1.1\r\nHost: other.test\r\n\r\n"},
+		{s.socksAddr, "\x05\x01\x00\x05\x01\x00\x03\x0aother.test\x01\xbb"},
+	} {
+		c, err := net.Dial("tcp", send.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte(send.data))
+		time.Sleep(300 * time.Millisecond)
+		c.Close()
+		select {
+		case p := <-dec.cancelled:
+			t.Logf("review of a %s request cancelled", p)
+		case <-time.After(3 * time.Second):
+			t.Fatalf("review for %q not cancelled after the client left", send.data[:20])
+		}
 	}
 }

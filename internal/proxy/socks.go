@@ -133,7 +133,7 @@ func (s *SOCKSProxy) ServeConn(ctx context.Context, c *Conn) {
 		hreq = s.core.request(c, host, uint16(port), hostpolicy.ProtoSOCKS5, "")
 		// The handshake is over; a review may take a while.
 		c.SetDeadline(time.Time{})
-		decision = s.core.decide(ctx, hreq)
+		decision = s.core.decideWatching(ctx, c, hreq)
 		if !decision.Allowed() {
 			return rctx, false
 		}
