@@ -27,20 +27,14 @@ type Blocked struct {
 // blockedRing keeps the last BlockedCapacity blocked requests.
 type blockedRing struct {
 	mu    sync.Mutex
-	items []Blocked // ring storage
-	next  int
-	full  bool
+	items ring[Blocked]
 }
 
-func newBlockedRing(n int) *blockedRing { return &blockedRing{items: make([]Blocked, n)} }
+func newBlockedRing(n int) *blockedRing { return &blockedRing{items: newRing[Blocked](n)} }
 
 func (r *blockedRing) add(b Blocked) {
 	r.mu.Lock()
-	r.items[r.next] = b
-	r.next = (r.next + 1) % len(r.items)
-	if r.next == 0 {
-		r.full = true
-	}
+	r.items.push(b)
 	r.mu.Unlock()
 }
 
@@ -48,15 +42,7 @@ func (r *blockedRing) add(b Blocked) {
 func (r *blockedRing) list() []Blocked {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := r.next
-	if r.full {
-		n = len(r.items)
-	}
-	out := make([]Blocked, 0, n)
-	for i := 1; i <= n; i++ {
-		out = append(out, r.items[(r.next-i+len(r.items))%len(r.items)])
-	}
-	return out
+	return r.items.appendNewestFirst(make([]Blocked, 0, r.items.len()))
 }
 
 // ObserveDecision implements observe.DecisionSink: every blocked request is

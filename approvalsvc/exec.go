@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/netproxy/netproxy/attribution"
+	"github.com/netproxy/netproxy/execcore/heuristics"
 )
 
 // ExecRequest is the body of POST /v1/approvals: execwrap asks whether a
@@ -55,10 +56,10 @@ func (r *ExecRequest) validate() error {
 	if len(r.Command) > maxExecArgs {
 		return fmt.Errorf("command: %d arguments exceed the limit of %d", len(r.Command), maxExecArgs)
 	}
-	switch r.SandboxPermissions {
-	case "", "use_default", "require_escalated", "with_additional_permissions":
-	default:
-		return fmt.Errorf("sandbox_permissions: %q is not use_default, require_escalated or with_additional_permissions", r.SandboxPermissions)
+	if r.SandboxPermissions != "" {
+		if _, err := heuristics.ParseSandboxPermissions(r.SandboxPermissions); err != nil {
+			return fmt.Errorf("sandbox_permissions: %q is not use_default, require_escalated or with_additional_permissions", r.SandboxPermissions)
+		}
 	}
 	if len(r.AdditionalPermissions) > 0 && !json.Valid(r.AdditionalPermissions) {
 		return errors.New("additional_permissions: not valid JSON")
@@ -83,13 +84,9 @@ func (s *Service) DecideExec(ctx context.Context, req ExecRequest) (ExecResponse
 	if err := req.validate(); err != nil {
 		return ExecResponse{}, err
 	}
-	owner, sessID, env, err := s.resolveOwner(req.ExecutionID, req.SessionID, req.EnvironmentID)
+	owner, sess, env, err := s.requestSession(req.ExecutionID, req.SessionID, req.EnvironmentID)
 	if err != nil {
 		return ExecResponse{Decision: OutcomeDeny, Reviewer: byPolicy, Rationale: err.Error()}, nil
-	}
-	sess := s.session(sessID, owner)
-	if env == "" {
-		env = sess.defaultEnv
 	}
 	sandbox := req.SandboxPermissions
 	if sandbox == "" {
@@ -100,24 +97,11 @@ func (s *Service) DecideExec(ctx context.Context, req ExecRequest) (ExecResponse
 		addl = json.RawMessage("null")
 	}
 	ident, _ := json.Marshal(execIdentity{Command: req.Command, Cwd: req.Cwd, TTY: req.TTY, SandboxPermissions: sandbox, AdditionalPermissions: addl})
-	key := cacheKey{kind: KindExec, session: sessID, env: env, ident: string(ident)}
-	check := func() (result, bool) {
-		hit, allow := sess.cached(key)
-		if !hit {
-			return result{}, false
-		}
-		if allow {
-			return result{allow: true, outcome: OutcomeAllowSession, reviewer: byCache}, true
-		}
-		return result{outcome: OutcomeDenyAlways, reviewer: byCache, rationale: "denied earlier in this session"}, true
-	}
-	ownerID := ""
-	if owner != nil {
-		ownerID = owner.ID
-	}
+	key := cacheKey{kind: KindExec, session: sess.id, env: env, ident: string(ident)}
+	check := func() (result, bool) { return sess.cachedResult(key) }
 	r, hit := check()
 	if !hit {
-		r = s.await(ctx, key, ownerID, check, func(ctx context.Context, f *flight) result {
+		r = s.await(ctx, key, ownerID(owner), check, func(ctx context.Context, f *flight) result {
 			return s.reviewExec(ctx, f, sess, owner, env, key, req, sandbox)
 		})
 	}
@@ -138,26 +122,16 @@ func (s *Service) reviewExec(ctx context.Context, f *flight, sess *session, owne
 	policy, reviewer := sess.effective(owner)
 	policy, reviewer = Narrow(policy, req.ApprovalPolicy), NarrowReviewer(reviewer, req.Reviewer)
 	r := s.review(ctx, a, policy, reviewer, "", sandbox)
-	switch r.outcome {
-	case OutcomeAllowSession:
-		sess.deny.Remove(key)
-		sess.allow.Add(key, struct{}{})
-	case OutcomeAllowAlways:
-		sess.deny.Remove(key)
-		sess.allow.Add(key, struct{}{})
-		if len(req.ProposedAmendment) > 0 && s.rules != nil {
-			s.persistMu.Lock()
-			_, err := s.rules.AppendPrefixRule(req.ProposedAmendment)
-			s.persistMu.Unlock()
-			if err != nil {
-				s.log.Error("persisting prefix rule failed", "approval_id", a.ID, "error", err)
-			} else {
-				r.persisted = true
-			}
+	sess.remember(key, r.outcome)
+	if r.outcome == OutcomeAllowAlways && len(req.ProposedAmendment) > 0 && s.rules != nil {
+		s.persistMu.Lock()
+		_, err := s.rules.AppendPrefixRule(req.ProposedAmendment)
+		s.persistMu.Unlock()
+		if err != nil {
+			s.log.Error("persisting prefix rule failed", "approval_id", a.ID, "error", err)
+		} else {
+			r.persisted = true
 		}
-	case OutcomeDenyAlways:
-		sess.allow.Remove(key)
-		sess.deny.Add(key, struct{}{})
 	}
 	s.finish(a, r, start, s.flightOwners(f), netReview{})
 	return r

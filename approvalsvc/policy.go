@@ -3,14 +3,21 @@ package approvalsvc
 import (
 	"fmt"
 	"strings"
+
+	"github.com/netproxy/netproxy/execcore/approvalpolicy"
 )
+
+// ApprovalPolicy is the approval policy of SPEC §6.3, owned (type, parser,
+// narrowing order) by package approvalpolicy; the names below keep this
+// package's vocabulary.
+type ApprovalPolicy = approvalpolicy.Policy
 
 // Approval policies (SPEC §6.3).
 const (
-	PolicyNever     = "never"
-	PolicyOnRequest = "on-request"
-	PolicyUntrusted = "untrusted"
-	PolicyGranular  = "granular"
+	PolicyNever     = approvalpolicy.Never
+	PolicyOnRequest = approvalpolicy.OnRequest
+	PolicyUntrusted = approvalpolicy.Untrusted
+	PolicyGranular  = approvalpolicy.Granular
 )
 
 // Reviewers (SPEC §7.2).
@@ -19,59 +26,13 @@ const (
 	ReviewerGuardian = "guardian"
 )
 
-// ApprovalPolicy is a parsed approval policy. Granular carries its flags.
-type ApprovalPolicy struct {
-	Kind            string // never | on-request | untrusted | granular
-	SandboxApproval bool   // granular only
-	Rules           bool   // granular only
-}
-
-// String renders the policy as written in config ("granular:sandbox_approval,rules").
-func (p ApprovalPolicy) String() string {
-	if p.Kind != PolicyGranular {
-		return p.Kind
-	}
-	var flags []string
-	if p.SandboxApproval {
-		flags = append(flags, "sandbox_approval")
-	}
-	if p.Rules {
-		flags = append(flags, "rules")
-	}
-	if len(flags) == 0 {
-		return PolicyGranular
-	}
-	return PolicyGranular + ":" + strings.Join(flags, ",")
-}
-
-// ParsePolicy parses "never", "on-request", "untrusted", "granular" or
-// "granular:FLAG,..." (flags sandbox_approval and rules; listed flags are
-// true). "" means on-request, the embedded default.
+// ParsePolicy parses a configured policy with approvalpolicy.Parse; ""
+// means on-request, the embedded default.
 func ParsePolicy(s string) (ApprovalPolicy, error) {
-	s = strings.TrimSpace(s)
-	switch s {
-	case "":
+	if strings.TrimSpace(s) == "" {
 		return ApprovalPolicy{Kind: PolicyOnRequest}, nil
-	case PolicyNever, PolicyOnRequest, PolicyUntrusted, PolicyGranular:
-		return ApprovalPolicy{Kind: s}, nil
 	}
-	rest, ok := strings.CutPrefix(s, PolicyGranular+":")
-	if !ok {
-		return ApprovalPolicy{}, fmt.Errorf("approval policy %q: want never, on-request, untrusted or granular[:sandbox_approval,rules]", s)
-	}
-	p := ApprovalPolicy{Kind: PolicyGranular}
-	for _, f := range strings.Split(rest, ",") {
-		switch strings.TrimSpace(f) {
-		case "sandbox_approval":
-			p.SandboxApproval = true
-		case "rules":
-			p.Rules = true
-		case "":
-		default:
-			return ApprovalPolicy{}, fmt.Errorf("approval policy %q: unknown granular flag %q (want sandbox_approval, rules)", s, f)
-		}
-	}
-	return p, nil
+	return approvalpolicy.Parse(s)
 }
 
 // ParseReviewer parses "user" or "guardian"; "" means user.
@@ -85,42 +46,18 @@ func ParseReviewer(s string) (string, error) {
 	return "", fmt.Errorf("reviewer %q: want user or guardian", s)
 }
 
-// breadth orders policies from narrowest (never: nothing may be approved)
-// to widest (on-request: the agent may ask for anything). untrusted is
-// narrower than granular because it always routes to a human.
-func (p ApprovalPolicy) breadth() int {
-	switch p.Kind {
-	case PolicyNever:
-		return 0
-	case PolicyUntrusted:
-		return 1
-	case PolicyGranular:
-		return 2
-	case PolicyOnRequest:
-		return 3
-	}
-	return 0
-}
-
-// Narrow returns the narrower of base and requested: a registration may
-// narrow the configured policy, never widen it. An unparsable or wider
-// request keeps base. Between two granular policies the flags are
-// intersected.
+// Narrow applies a registration's requested policy to base with
+// approvalpolicy.Narrow: it may narrow, never widen. An empty or unparsable
+// request keeps base.
 func Narrow(base ApprovalPolicy, requested string) ApprovalPolicy {
 	if strings.TrimSpace(requested) == "" {
 		return base
 	}
-	r, err := ParsePolicy(requested)
+	r, err := approvalpolicy.Parse(requested)
 	if err != nil {
 		return base
 	}
-	if r.Kind == PolicyGranular && base.Kind == PolicyGranular {
-		return ApprovalPolicy{Kind: PolicyGranular, SandboxApproval: base.SandboxApproval && r.SandboxApproval, Rules: base.Rules && r.Rules}
-	}
-	if r.breadth() < base.breadth() {
-		return r
-	}
-	return base
+	return approvalpolicy.Narrow(base, r)
 }
 
 // NarrowReviewer returns the narrower reviewer: a human (user) is narrower

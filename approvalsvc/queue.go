@@ -79,13 +79,11 @@ type pendingEntry struct {
 type queue struct {
 	mu      sync.Mutex
 	pending map[string]*pendingEntry
-	recent  []Approval // ring, newest at recentNext-1
-	next    int
-	full    bool
+	recent  ring[Approval] // decided approvals
 }
 
 func newQueue() *queue {
-	return &queue{pending: map[string]*pendingEntry{}, recent: make([]Approval, recentCapacity)}
+	return &queue{pending: map[string]*pendingEntry{}, recent: newRing[Approval](recentCapacity)}
 }
 
 func (q *queue) add(a Approval) *pendingEntry {
@@ -119,11 +117,7 @@ func (q *queue) get(id string) (Approval, bool) {
 
 func (q *queue) record(a Approval) {
 	q.mu.Lock()
-	q.recent[q.next] = a
-	q.next = (q.next + 1) % len(q.recent)
-	if q.next == 0 {
-		q.full = true
-	}
+	q.recent.push(a)
 	q.mu.Unlock()
 }
 
@@ -144,13 +138,7 @@ func (q *queue) list(status string) []Approval {
 		})
 	}
 	if status == "" || status == StatusDecided {
-		n := q.next
-		if q.full {
-			n = len(q.recent)
-		}
-		for i := 1; i <= n; i++ {
-			out = append(out, q.recent[(q.next-i+len(q.recent))%len(q.recent)])
-		}
+		out = q.recent.appendNewestFirst(out)
 	}
 	return out
 }

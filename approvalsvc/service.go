@@ -261,6 +261,33 @@ func (sess *session) cached(key cacheKey) (hit, allow bool) {
 	return false, false
 }
 
+// cachedResult is the result a cache hit stands for: an earlier session-wide
+// decision for the same key, denials first.
+func (sess *session) cachedResult(key cacheKey) (result, bool) {
+	hit, allow := sess.cached(key)
+	if !hit {
+		return result{}, false
+	}
+	if allow {
+		return result{allow: true, outcome: OutcomeAllowSession, reviewer: byCache}, true
+	}
+	return result{outcome: OutcomeDenyAlways, reviewer: byCache, rationale: "denied earlier in this session"}, true
+}
+
+// remember records a session-wide outcome for key: allow_session and
+// allow_always allow it for the rest of the session, deny_always denies it.
+// The other cache forgets the key, so the latest review wins.
+func (sess *session) remember(key cacheKey, outcome string) {
+	switch outcome {
+	case OutcomeAllowSession, OutcomeAllowAlways:
+		sess.deny.Remove(key)
+		sess.allow.Add(key, struct{}{})
+	case OutcomeDenyAlways:
+		sess.allow.Remove(key)
+		sess.deny.Add(key, struct{}{})
+	}
+}
+
 // effective returns the policy and reviewer for a request of owner: the
 // session's, narrowed by the owner's registration.
 func (sess *session) effective(owner *attribution.Execution) (ApprovalPolicy, string) {
@@ -277,6 +304,28 @@ func (sess *session) effective(owner *attribution.Execution) (ApprovalPolicy, st
 
 // errAttribution is wrapped by owner-resolution failures (deny, no prompt).
 var errAttribution = errors.New("attribution")
+
+// requestSession resolves a request's owner (SPEC §4.3) and its session; an
+// empty environment becomes the session's default one.
+func (s *Service) requestSession(executionID, sessionID, environmentID string) (*attribution.Execution, *session, string, error) {
+	owner, sessID, env, err := s.resolveOwner(executionID, sessionID, environmentID)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	sess := s.session(sessID, owner)
+	if env == "" {
+		env = sess.defaultEnv
+	}
+	return owner, sess, env, nil
+}
+
+// ownerID is the execution id of owner, "" for none.
+func ownerID(owner *attribution.Execution) string {
+	if owner == nil {
+		return ""
+	}
+	return owner.ID
+}
 
 // resolveOwner returns the owner execution (or nil), the session and the
 // environment of req, exactly as SPEC §4.3 says.
@@ -446,38 +495,21 @@ func (s *Service) Decide(ctx context.Context, req hostpolicy.Request, base hostp
 	if base.Reason != hostpolicy.ReasonNotAllowed || base.Verdict == hostpolicy.Allow || base.Host == "" {
 		return base
 	}
-	owner, sessID, env, err := s.resolveOwner(req.ExecutionID, req.SessionID, req.EnvironmentID)
+	owner, sess, env, err := s.requestSession(req.ExecutionID, req.SessionID, req.EnvironmentID)
 	if err != nil {
 		return denyDecision(base, result{reviewer: byPolicy, outcome: OutcomeDeny, rationale: err.Error()})
-	}
-	sess := s.session(sessID, owner)
-	if env == "" {
-		env = sess.defaultEnv
 	}
 	port := base.Port
 	if port == 0 {
 		port = req.Port
 	}
-	key := cacheKey{kind: KindNetwork, session: sessID, env: env, host: base.Host, proto: req.Protocol, port: port}
-	check := func() (result, bool) {
-		hit, allow := sess.cached(key)
-		if !hit {
-			return result{}, false
-		}
-		if allow {
-			return result{allow: true, outcome: OutcomeAllowSession, reviewer: byCache}, true
-		}
-		return result{outcome: OutcomeDenyAlways, reviewer: byCache, rationale: "denied earlier in this session"}, true
-	}
+	key := cacheKey{kind: KindNetwork, session: sess.id, env: env, host: base.Host, proto: req.Protocol, port: port}
+	check := func() (result, bool) { return sess.cachedResult(key) }
 	if r, hit := check(); hit {
 		return toDecision(base, r)
 	}
-	ownerID := ""
-	if owner != nil {
-		ownerID = owner.ID
-	}
 	nr := netReview{sess: sess, owner: owner, env: env, host: base.Host, port: port, proto: req.Protocol, key: key}
-	r := s.await(ctx, key, ownerID, check, func(ctx context.Context, f *flight) result { return s.reviewNetwork(ctx, f, nr) })
+	r := s.await(ctx, key, ownerID(owner), check, func(ctx context.Context, f *flight) result { return s.reviewNetwork(ctx, f, nr) })
 	return toDecision(base, r)
 }
 
@@ -630,17 +662,11 @@ func (s *Service) review(ctx context.Context, a Approval, policy ApprovalPolicy,
 
 // applyNetworkOutcome updates caches, live lists and the rules file.
 func (s *Service) applyNetworkOutcome(nr netReview, r result) result {
+	nr.sess.remember(nr.key, r.outcome)
 	switch r.outcome {
-	case OutcomeAllowSession:
-		nr.sess.deny.Remove(nr.key)
-		nr.sess.allow.Add(nr.key, struct{}{})
 	case OutcomeAllowAlways:
-		nr.sess.deny.Remove(nr.key)
-		nr.sess.allow.Add(nr.key, struct{}{})
 		r.persisted = s.amendNetwork(nr, hostpolicy.Allow)
 	case OutcomeDenyAlways:
-		nr.sess.allow.Remove(nr.key)
-		nr.sess.deny.Add(nr.key, struct{}{})
 		r.persisted = s.amendNetwork(nr, hostpolicy.Deny)
 	}
 	return r

@@ -120,24 +120,5 @@ func verdictFromStarlark(v starlark.Value) (Verdict, error) {
 		}
 		return s, true, nil
 	}
-	d, ok, err := get("decision")
-	if err != nil {
-		return Verdict{}, err
-	}
-	if !ok {
-		return Verdict{}, fmt.Errorf("%w: review() returned no \"decision\"", ErrNoVerdict)
-	}
-	decision, err := normalizeDecision(d)
-	if err != nil {
-		return Verdict{}, err
-	}
-	rationale, _, err := get("rationale")
-	if err != nil {
-		return Verdict{}, err
-	}
-	risk, _, err := get("risk")
-	if err != nil {
-		return Verdict{}, err
-	}
-	return Verdict{Decision: decision, Rationale: clipRunes(rationale, maxRationaleRunes), Risk: normalizeRisk(risk)}, nil
+	return verdictFromFields(get, `review() returned no "decision"`)
 }

@@ -49,22 +49,30 @@ func ParseVerdict(b []byte) (Verdict, error) {
 		}
 		return s, true, nil
 	}
-	d, ok, err := str("decision")
+	return verdictFromFields(str, `missing "decision"`)
+}
+
+// verdictFromFields applies the verdict rules to an answer's fields, read
+// with field (found is false for an absent or null field): decision is
+// required and normalised, rationale is clipped, risk normalised.
+// noDecision says, in the backend's terms, that decision is missing.
+func verdictFromFields(field func(key string) (s string, found bool, err error), noDecision string) (Verdict, error) {
+	d, ok, err := field("decision")
 	if err != nil {
 		return Verdict{}, err
 	}
 	if !ok {
-		return Verdict{}, fmt.Errorf("%w: missing \"decision\"", ErrNoVerdict)
+		return Verdict{}, fmt.Errorf("%w: %s", ErrNoVerdict, noDecision)
 	}
 	decision, err := normalizeDecision(d)
 	if err != nil {
 		return Verdict{}, err
 	}
-	rationale, _, err := str("rationale")
+	rationale, _, err := field("rationale")
 	if err != nil {
 		return Verdict{}, err
 	}
-	risk, _, err := str("risk")
+	risk, _, err := field("risk")
 	if err != nil {
 		return Verdict{}, err
 	}

@@ -13,10 +13,10 @@ import (
 // tier, per-execution host) listeners to netproxy, writing the attribution
 // frame before any byte of the client.
 type bridge struct {
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	lns    []net.Listener
-	conns  map[net.Conn]struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	lns   []net.Listener
+	conns map[net.Conn]struct{}
 }
 
 func newBridge() *bridge {

@@ -22,6 +22,9 @@ func InitMain() int {
 	// Every restriction below is per thread; the command is forked from this
 	// thread. Never unlocked.
 	runtime.LockOSThread()
+	// Nothing but 0-2 may reach the command: fds execwrap itself inherited
+	// without close-on-exec (an agent socket, say) would be a way out.
+	_ = unix.CloseRange(ctlInitFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	ctl := ctlInitFD
 	m, fds, err := ctlRecv(ctl)
 	for _, f := range fds {

@@ -416,9 +416,11 @@ loop:
 	// Wake the reader (it may still block in recvmsg) and let it finish
 	// before the deferred close frees the fd number.
 	_ = unix.Shutdown(parentFD, unix.SHUT_RDWR)
-	for r := range msgs {
-		for _, f := range r.fds {
-			unix.Close(f)
+	if msgs != nil {
+		for r := range msgs {
+			for _, f := range r.fds {
+				unix.Close(f)
+			}
 		}
 	}
 	res.Duration = time.Since(start)

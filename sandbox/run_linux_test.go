@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/netproxy/netproxy/attribution"
 )
 
@@ -482,5 +484,27 @@ func TestSandboxProxyResolveLazy(t *testing.T) {
 	}
 	if toks, _ := p.seen(); len(toks) != 1 || toks[0] != token {
 		t.Fatalf("tokens %v", toks)
+	}
+}
+
+// An fd execwrap inherited without close-on-exec must not reach the command.
+func TestSandboxInheritedFDsDoNotLeak(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	// Clear close-on-exec on our end, as a careless parent process would.
+	if _, err := unix.FcntlInt(w.Fd(), unix.F_SETFD, 0); err != nil {
+		t.Fatal(err)
+	}
+	wd := workdir(t)
+	res := sandboxRun(t, Spec{Cwd: wd, Argv: sh(`ls /proc/self/fd | tr '\n' ' '`)})
+	fds := strings.Fields(res.Stdout)
+	for _, fd := range fds {
+		if fd != "0" && fd != "1" && fd != "2" && fd != "3" { // 3: ls's own directory fd
+			t.Fatalf("the command sees fds %v", fds)
+		}
 	}
 }

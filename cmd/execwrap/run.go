@@ -87,6 +87,7 @@ type invocation struct {
 	Cwd                string
 	ApprovalIdentity   []string
 	Requirement        orchestrator.Requirement
+	ExecSource         string          // "prefix" | "heuristics": what decided (for netproxy's metrics)
 	RequirementJSON    json.RawMessage // execcore's requirement object, verbatim
 	Policy             orchestrator.Policy
 	Kind               sandbox.Kind
@@ -173,6 +174,7 @@ type runner struct {
 
 func (r *runner) run(ctx context.Context) int {
 	start := time.Now()
+	r.reportExecDecision(ctx)
 	plan := orchestrator.Plan{
 		Requirement:        r.inv.Requirement,
 		Policy:             r.inv.Policy,

@@ -49,6 +49,7 @@ func evaluateInvocation(cf *checkFlags, ro runOptions, stdin io.Reader) (*invoca
 		Cwd:                res.Envelope.Cwd,
 		ApprovalIdentity:   res.Identity.Command,
 		Requirement:        req,
+		ExecSource:         execSource(res.Evaluation),
 		RequirementJSON:    rj,
 		Policy:             pol,
 		Kind:               kind,

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/netproxy/netproxy/approvalsvc"
 	"github.com/netproxy/netproxy/hostpolicy"
 	"github.com/netproxy/netproxy/internal/config"
 )
@@ -100,7 +101,12 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	var decider hostpolicy.Decider
 	if cfg.Approvals.Enabled {
-		decider = checkDecider{policy: cfg.Approvals.Policy}
+		approvalPolicy, err := approvalsvc.ParsePolicy(cfg.Approvals.Policy)
+		if err != nil {
+			fmt.Fprintf(stderr, "netproxy check: approvals.policy: %v\n", err)
+			return exitUsage
+		}
+		decider = checkDecider{policy: approvalPolicy}
 	}
 	engine := hostpolicy.NewEngine(policy, resolver, cfg.Network.Mode, decider)
 
@@ -141,13 +147,13 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 // checkDecider stands in for the approval service offline: it says what the
 // service would do with not_allowed without asking anyone. Policy "never"
 // fails closed (deny); any other policy would ask a reviewer.
-type checkDecider struct{ policy string }
+type checkDecider struct{ policy approvalsvc.ApprovalPolicy }
 
 func (c checkDecider) Decide(_ context.Context, _ hostpolicy.Request, base hostpolicy.Decision) hostpolicy.Decision {
 	d := base
 	d.Source = hostpolicy.SourceDecider
 	d.Reason = hostpolicy.ReasonNotAllowed
-	if c.policy == "never" {
+	if c.policy.Kind == approvalsvc.PolicyNever {
 		d.Verdict = hostpolicy.Deny
 		d.Rationale = "approval policy never: the approval service denies"
 	} else {

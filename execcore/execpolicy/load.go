@@ -259,6 +259,20 @@ func typeName(v starlark.Value) string {
 }
 
 // optionalString unpacks an optional string argument; None means absent.
+// optionalJustification reads a rule's justification= argument: absent or
+// None is "", anything else must be a non-blank string. Its errors carry the
+// reference's prefixes ("starlark error:", "invalid rule:").
+func optionalJustification(fn string, v starlark.Value) (string, error) {
+	just, present, err := optionalString(fn, "justification", v)
+	if err != nil {
+		return "", fmt.Errorf("starlark error: %v", err)
+	}
+	if present && strings.TrimSpace(just) == "" {
+		return "", errors.New("invalid rule: justification cannot be empty")
+	}
+	return just, nil
+}
+
 func optionalString(fn, name string, v starlark.Value) (string, bool, error) {
 	if v == nil || v == starlark.None {
 		return "", false, nil
@@ -335,12 +349,9 @@ func (l *loader) prefixRule(thread *starlark.Thread, b *starlark.Builtin, args s
 		}
 		decision = d
 	}
-	just, hasJust, err := optionalString(b.Name(), "justification", justV)
+	just, err := optionalJustification(b.Name(), justV)
 	if err != nil {
-		return fail("starlark error: %v", err)
-	}
-	if hasJust && strings.TrimSpace(just) == "" {
-		return fail("invalid rule: justification cannot be empty")
+		return fail("%v", err)
 	}
 	match, err := parseExamples(matchV)
 	if err != nil {
@@ -461,12 +472,9 @@ func (l *loader) networkRule(thread *starlark.Thread, b *starlark.Builtin, args 
 		"host", &host, "protocol", &protocol, "decision", &decision, "justification?", &justV); err != nil {
 		return fail("starlark error: %v", err)
 	}
-	just, hasJust, err := optionalString(b.Name(), "justification", justV)
+	just, err := optionalJustification(b.Name(), justV)
 	if err != nil {
-		return fail("starlark error: %v", err)
-	}
-	if hasJust && strings.TrimSpace(just) == "" {
-		return fail("invalid rule: justification cannot be empty")
+		return fail("%v", err)
 	}
 	h, err := NormalizeNetworkRuleHost(host)
 	if err != nil {

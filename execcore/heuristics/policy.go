@@ -10,98 +10,29 @@ package heuristics
 
 import (
 	"fmt"
-	"strings"
 
+	"github.com/netproxy/netproxy/execcore/approvalpolicy"
 	"github.com/netproxy/netproxy/execcore/execpolicy"
 )
 
-// ApprovalKind is the family of an approval policy.
-type ApprovalKind string
-
-const (
-	Never         ApprovalKind = "never"
-	OnRequest     ApprovalKind = "on-request"
-	UnlessTrusted ApprovalKind = "untrusted"
-	Granular      ApprovalKind = "granular"
+// The approval policy is owned by package approvalpolicy (one parser for
+// execwrap, the config and the approval service); these aliases keep the
+// names the unmatched-command table is written in.
+type (
+	ApprovalKind   = approvalpolicy.Kind
+	ApprovalPolicy = approvalpolicy.Policy
 )
 
-// ApprovalPolicy is `never`, `on-request`, `untrusted` or
-// `granular{sandbox_approval, rules}`.
-type ApprovalPolicy struct {
-	Kind ApprovalKind
-	// Granular flags (false unless Kind is Granular and the flag is listed).
-	SandboxApproval bool
-	Rules           bool
-}
+const (
+	Never         = approvalpolicy.Never
+	OnRequest     = approvalpolicy.OnRequest
+	UnlessTrusted = approvalpolicy.Untrusted
+	Granular      = approvalpolicy.Granular
+)
 
-// ParseApprovalPolicy reads the command-line/config spelling: never,
-// on-request, untrusted, granular or granular:FLAG[,FLAG] where FLAG is
-// sandbox_approval or rules (listed flags are true, the others false).
-func ParseApprovalPolicy(s string) (ApprovalPolicy, error) {
-	switch s {
-	case "never":
-		return ApprovalPolicy{Kind: Never}, nil
-	case "on-request":
-		return ApprovalPolicy{Kind: OnRequest}, nil
-	case "untrusted", "unless-trusted":
-		return ApprovalPolicy{Kind: UnlessTrusted}, nil
-	case "on-failure":
-		return ApprovalPolicy{}, fmt.Errorf("approval policy %q was removed; use on-request or untrusted", s)
-	}
-	if s == "granular" || strings.HasPrefix(s, "granular:") {
-		p := ApprovalPolicy{Kind: Granular}
-		rest := strings.TrimPrefix(strings.TrimPrefix(s, "granular"), ":")
-		if rest == "" {
-			return p, nil
-		}
-		for _, f := range strings.Split(rest, ",") {
-			switch strings.TrimSpace(f) {
-			case "sandbox_approval":
-				p.SandboxApproval = true
-			case "rules":
-				p.Rules = true
-			case "skill_approval", "request_permissions", "mcp_elicitations":
-				// Accepted for compatibility; they do not affect shell gating.
-			default:
-				return ApprovalPolicy{}, fmt.Errorf("unknown granular approval flag %q in %q (want sandbox_approval and/or rules)", f, s)
-			}
-		}
-		return p, nil
-	}
-	return ApprovalPolicy{}, fmt.Errorf("invalid approval policy %q (want never, on-request, untrusted or granular:sandbox_approval,rules)", s)
-}
-
-// String returns the command-line spelling.
-func (p ApprovalPolicy) String() string {
-	if p.Kind != Granular {
-		return string(p.Kind)
-	}
-	var flags []string
-	if p.SandboxApproval {
-		flags = append(flags, "sandbox_approval")
-	}
-	if p.Rules {
-		flags = append(flags, "rules")
-	}
-	if len(flags) == 0 {
-		return "granular"
-	}
-	return "granular:" + strings.Join(flags, ",")
-}
-
-// Debug renders the policy the way the reference's messages print it.
-func (p ApprovalPolicy) Debug() string {
-	switch p.Kind {
-	case Never:
-		return "Never"
-	case OnRequest:
-		return "OnRequest"
-	case UnlessTrusted:
-		return "UnlessTrusted"
-	}
-	return fmt.Sprintf("Granular(GranularApprovalConfig { sandbox_approval: %t, rules: %t, skill_approval: false, request_permissions: false, mcp_elicitations: false })",
-		p.SandboxApproval, p.Rules)
-}
+// ParseApprovalPolicy is approvalpolicy.Parse: never, on-request, untrusted,
+// granular or granular:FLAG[,FLAG] with FLAG sandbox_approval or rules.
+func ParseApprovalPolicy(s string) (ApprovalPolicy, error) { return approvalpolicy.Parse(s) }
 
 // SandboxMode is the --sandbox value.
 type SandboxMode string

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"iter"
 	"regexp"
 	"strconv"
 	"strings"
@@ -83,81 +84,64 @@ func setOnce(m map[string]int, k string, n int) {
 // renderDotted turns a written dotted key (`network . "a.b"`) into keyPath form.
 func renderDotted(s string) string {
 	var parts []string
-	var cur strings.Builder
-	quote := byte(0)
-	flush := func() {
-		p := strings.TrimSpace(cur.String())
-		if len(p) >= 2 && p[0] == '"' {
-			if u, err := strconv.Unquote(p); err == nil {
-				p = u
-			}
-		} else if len(p) >= 2 && p[0] == '\'' {
-			p = p[1 : len(p)-1]
-		}
-		parts = append(parts, p)
-		cur.Reset()
+	start := 0
+	for dot := range outsideQuotes(s, '.') {
+		parts = append(parts, unquoteKeyPart(s[start:dot]))
+		start = dot + 1
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case quote != 0:
-			cur.WriteByte(c)
-			if c == '\\' && quote == '"' && i+1 < len(s) {
-				i++
-				cur.WriteByte(s[i])
-			} else if c == quote {
-				quote = 0
-			}
-		case c == '"' || c == '\'':
-			quote = c
-			cur.WriteByte(c)
-		case c == '.':
-			flush()
-		default:
-			cur.WriteByte(c)
-		}
-	}
-	flush()
+	parts = append(parts, unquoteKeyPart(s[start:]))
 	return keyPath(parts)
 }
 
-func indexOutsideQuotes(s string, target byte) int {
-	quote := byte(0)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case quote != 0:
-			if c == '\\' && quote == '"' {
-				i++
-			} else if c == quote {
-				quote = 0
-			}
-		case c == '"' || c == '\'':
-			quote = c
-		case c == target:
-			return i
+// unquoteKeyPart returns one written key part as its bare name.
+func unquoteKeyPart(p string) string {
+	p = strings.TrimSpace(p)
+	if len(p) >= 2 && p[0] == '"' {
+		if u, err := strconv.Unquote(p); err == nil {
+			return u
 		}
+	} else if len(p) >= 2 && p[0] == '\'' {
+		return p[1 : len(p)-1]
+	}
+	return p
+}
+
+// outsideQuotes yields the index of every target byte of s that is not
+// inside a TOML basic ("…", with backslash escapes) or literal ('…') string.
+func outsideQuotes(s string, target byte) iter.Seq[int] {
+	return func(yield func(int) bool) {
+		quote := byte(0)
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			switch {
+			case quote != 0:
+				if c == '\\' && quote == '"' {
+					i++
+				} else if c == quote {
+					quote = 0
+				}
+			case c == '"' || c == '\'':
+				quote = c
+			case c == target:
+				if !yield(i) {
+					return
+				}
+			}
+		}
+	}
+}
+
+func indexOutsideQuotes(s string, target byte) int {
+	for i := range outsideQuotes(s, target) {
+		return i
 	}
 	return -1
 }
 
 func lastIndexOutsideQuotes(s string, target byte) int {
 	last := -1
-	quote := byte(0)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case quote != 0:
-			if c == '\\' && quote == '"' {
-				i++
-			} else if c == quote {
-				quote = 0
-			}
-		case c == '"' || c == '\'':
-			quote = c
-		case c == target:
-			last = i
-		}
+	for i := range outsideQuotes(s, target) {
+		last = i
 	}
 	return last
 }

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	toml "github.com/pelletier/go-toml/v2"
 
 	"github.com/netproxy/netproxy/configs"
+	"github.com/netproxy/netproxy/execcore/approvalpolicy"
 	"github.com/netproxy/netproxy/hostpolicy/hostname"
 )
 
@@ -345,8 +348,6 @@ func resolvePaths(c *Config) {
 	}
 }
 
-var approvalFlags = map[string]bool{"sandbox_approval": true, "rules": true}
-
 // validate checks every value; each error names its key.
 func validate(c *Config, file string) []error {
 	var errs []error
@@ -387,12 +388,7 @@ func validate(c *Config, file string) []error {
 	default:
 		bad("network.mode", `%q is not "full" or "limited"`, c.Network.Mode)
 	}
-	keys := make([]string, 0, len(c.Network.Domains))
-	for k := range c.Network.Domains {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(c.Network.Domains)) {
 		key := "network.domains." + strconv.Quote(k)
 		v := c.Network.Domains[k]
 		p, err := hostname.ParsePattern(k)
@@ -427,12 +423,7 @@ func validate(c *Config, file string) []error {
 	if c.DNS.Timeout.Duration <= 0 {
 		bad("dns.timeout", `must be a positive duration such as "2s"`)
 	}
-	hostKeys := make([]string, 0, len(c.DNS.Hosts))
-	for k := range c.DNS.Hosts {
-		hostKeys = append(hostKeys, k)
-	}
-	sort.Strings(hostKeys)
-	for _, k := range hostKeys {
+	for _, k := range slices.Sorted(maps.Keys(c.DNS.Hosts)) {
 		key := "dns.hosts." + strconv.Quote(k)
 		if n, err := hostname.Normalize(k); err != nil {
 			bad(key, "not a valid host name: %v", err)
@@ -454,7 +445,7 @@ func validate(c *Config, file string) []error {
 	default:
 		bad("approvals.reviewer", `%q is not "user" or "guardian"`, c.Approvals.Reviewer)
 	}
-	if err := checkApprovalPolicy(c.Approvals.Policy); err != nil {
+	if _, err := approvalpolicy.Parse(c.Approvals.Policy); err != nil {
 		bad("approvals.policy", "%v", err)
 	}
 	if c.Approvals.Timeout.Duration <= 0 {
@@ -531,28 +522,6 @@ func validate(c *Config, file string) []error {
 	}
 	sort.SliceStable(errs, func(i, j int) bool { return errs[i].(*Error).Key < errs[j].(*Error).Key })
 	return errs
-}
-
-// checkApprovalPolicy accepts never, on-request, untrusted and
-// granular[:flag,...] with flags sandbox_approval and rules.
-func checkApprovalPolicy(p string) error {
-	switch p {
-	case "never", "on-request", "untrusted", "granular":
-		return nil
-	}
-	if rest, ok := strings.CutPrefix(p, "granular:"); ok {
-		for _, f := range strings.Split(rest, ",") {
-			f = strings.TrimSpace(f)
-			if f == "" {
-				continue
-			}
-			if !approvalFlags[f] {
-				return fmt.Errorf("granular flag %q is unknown; the flags are sandbox_approval and rules", f)
-			}
-		}
-		return nil
-	}
-	return fmt.Errorf(`%q is not never, on-request, untrusted or granular[:sandbox_approval,rules]`, p)
 }
 
 // validateDomainFiles reads every domain file and parses each line, so that

@@ -9,22 +9,22 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/netproxy/netproxy/approvalsvc"
 )
 
-// Decisions a reviewer can make (SPEC §5 step 7).
-var Decisions = []string{"allow_once", "allow_session", "allow_always", "deny", "deny_always"}
+// Decisions a reviewer can make (SPEC §5 step 7), spelled as approvalsvc
+// spells its outcomes.
+var Decisions = []string{
+	approvalsvc.OutcomeAllowOnce, approvalsvc.OutcomeAllowSession, approvalsvc.OutcomeAllowAlways,
+	approvalsvc.OutcomeDeny, approvalsvc.OutcomeDenyAlways,
+}
 
 // ValidDecision reports whether d is one of Decisions.
-func ValidDecision(d string) bool {
-	for _, v := range Decisions {
-		if d == v {
-			return true
-		}
-	}
-	return false
-}
+func ValidDecision(d string) bool { return slices.Contains(Decisions, d) }
 
 // Approval is one entry of GET /api/approvals (SPEC §7.3). Command is kept
 // raw because a network approval carries the owner's argv and an exec
@@ -69,7 +69,7 @@ func (a Approval) CommandText() string {
 // approval without a host.
 func (a Approval) Target() string {
 	if a.Host == "" {
-		if a.Kind == "exec" {
+		if a.Kind == approvalsvc.KindExec {
 			return "command approval"
 		}
 		return "(unknown host)"
