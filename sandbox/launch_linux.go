@@ -25,6 +25,10 @@ const (
 	TimeoutExitCode = 124
 )
 
+// initEnv is the init's own environment (the command's travels on fd 3):
+// the init allocates little and lives briefly, so no GC.
+var initEnv = []string{"GOGC=off"}
+
 // SetupError is an init failure before the command started. It is never a
 // sandbox denial: nothing ran.
 type SetupError struct {
@@ -178,6 +182,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	}
 	parentFD := sp[0]
 	childEnd := os.NewFile(uintptr(sp[1]), "sandbox-control")
+	defer childEnd.Close() // early returns; closed again (harmlessly) after the start
 	defer unix.Close(parentFD)
 
 	cfg := &initConfig{
@@ -228,7 +233,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	cmd := &exec.Cmd{
 		Path:       s.InitPath,
 		Args:       append([]string{s.InitPath}, s.InitArgs...),
-		Env:        []string{},
+		Env:        initEnv,
 		Dir:        "/",
 		ExtraFiles: []*os.File{childEnd},
 		WaitDelay:  2 * time.Second,
@@ -260,7 +265,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		childEnd.Close()
 		return res, fmt.Errorf("sandbox: stdio pipes: %w", err)
 	}
-	defer stdio.closeParentEnds()
+	defer stdio.finish()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.child[0], stdio.child[1], stdio.child[2]
 	restoreDumpable := func() {}
 	if tier == TierNamespaces && os.Geteuid() != 0 {
@@ -697,6 +702,19 @@ func newStdio(in io.Reader, out, errw io.Writer) (*stdio, error) {
 		}
 	}
 	return st, nil
+}
+
+// finish closes every end and waits for the copiers, so nothing writes to
+// the caller's writers after Run returned (the output was drained before,
+// unless the run failed or a leaked writer outlived the grace period).
+func (s *stdio) finish() {
+	s.closeChildEnds()
+	s.closeParentEnds()
+	for _, d := range s.done {
+		if d != nil {
+			<-d
+		}
+	}
 }
 
 func (s *stdio) closeChildEnds() {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,11 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/netproxy/netproxy/attribution"
@@ -26,7 +30,116 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "__sandbox-init" {
 		os.Exit(InitMain())
 	}
+	if deny := os.Getenv("SANDBOX_TEST_DENY"); deny != "" {
+		// Simulate a host without user namespaces (and maybe Landlock), the
+		// way a container seccomp profile does it.
+		if err := denyForTest(deny == "userns+landlock"); err != nil {
+			fmt.Fprintln(os.Stderr, "SANDBOX_TEST_DENY:", err)
+			os.Exit(3)
+		}
+	}
 	os.Exit(m.Run())
+}
+
+// denyForTest installs, on every thread, a filter that fails clone3 with
+// ENOSYS (so callers fall back to clone), clone with CLONE_NEWUSER with
+// EPERM and, optionally, every landlock syscall with ENOSYS.
+func denyForTest(landlockToo bool) error {
+	const (
+		cloneNewUser                                           = 0x10000000
+		enosys                                                 = 38
+		sysLandlockCreate, sysLandlockAdd, sysLandlockRestrict = 444, 445, 446
+	)
+	if runtime.GOARCH != "amd64" {
+		return fmt.Errorf("the simulation filter is amd64-only")
+	}
+	var a asm
+	a.op(bpf.LoadAbsolute{Off: seccompDataNr, Size: 4})
+	a.jeq(435 /* clone3 */, "enosys", "")
+	if landlockToo {
+		a.jeq(sysLandlockCreate, "enosys", "")
+		a.jeq(sysLandlockAdd, "enosys", "")
+		a.jeq(sysLandlockRestrict, "enosys", "")
+	}
+	a.jeq(56 /* clone */, "clone", "")
+	a.op(bpf.RetConstant{Val: seccompRetAllow})
+	a.label("clone")
+	a.op(bpf.LoadAbsolute{Off: seccompDataArg0, Size: 4})
+	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: cloneNewUser})
+	a.jeq(cloneNewUser, "eperm", "")
+	a.op(bpf.RetConstant{Val: seccompRetAllow})
+	a.label("eperm")
+	a.op(bpf.RetConstant{Val: seccompRetErrno | errnoEPERM})
+	a.label("enosys")
+	a.op(bpf.RetConstant{Val: seccompRetErrno | enosys})
+	raw, err := a.assemble()
+	if err != nil {
+		return err
+	}
+	filt := make([]unix.SockFilter, len(raw))
+	for i, in := range raw {
+		filt[i] = unix.SockFilter{Code: in.Op, Jt: in.Jt, Jf: in.Jf, K: in.K}
+	}
+	prog := unix.SockFprog{Len: uint16(len(filt)), Filter: &filt[0]}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return err
+	}
+	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog))); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// TestSandboxAutoDegrades re-runs itself on a simulated host without user
+// namespaces: auto must fall back to the landlock tier and say why; with
+// Landlock gone too it must fail closed naming both causes.
+func TestSandboxAutoDegrades(t *testing.T) {
+	if os.Getenv("SANDBOX_TEST_DENY") != "" {
+		wd := workdir(t)
+		var out bytes.Buffer
+		res, err := Run(context.Background(), Spec{Cwd: wd, Argv: sh("touch in && touch /etc/execwrap-degraded"), Kind: KindWorkspaceWrite,
+			Network: NetworkNone, Tier: TierAuto, Stderr: &out, Env: []string{"PATH=/usr/bin:/bin"}, Timeout: 10 * time.Second})
+		switch os.Getenv("SANDBOX_TEST_DENY") {
+		case "userns":
+			if err != nil {
+				t.Fatalf("auto did not degrade: %v", err)
+			}
+			if res.Tier != TierLandlock || len(res.Signals) == 0 || !strings.HasPrefix(res.Signals[0], "degraded:") {
+				t.Fatalf("tier %s signals %v", res.Tier, res.Signals)
+			}
+			if res.ExitCode == 0 || !strings.Contains(out.String(), "Permission denied") {
+				t.Fatalf("degraded tier let /etc be written: exit %d %s", res.ExitCode, out.String())
+			}
+			fmt.Println("DEGRADED-OK", res.Signals[0])
+		case "userns+landlock":
+			var ue *UnavailableError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), "CLONE_NEWUSER") || !strings.Contains(err.Error(), "Landlock ABI 0") {
+				t.Fatalf("want a fail-closed UnavailableError naming both causes, got %v", err)
+			}
+			if _, serr := os.Stat(filepath.Join(wd, "in")); serr == nil {
+				t.Fatal("the command ran without any sandbox")
+			}
+			fmt.Println("UNAVAILABLE-OK", err)
+		}
+		return
+	}
+	if LandlockABI() < 4 {
+		t.Skipf("landlock ABI %d < 4: the degraded tier cannot be exercised here", LandlockABI())
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deny, want := range map[string]string{"userns": "DEGRADED-OK", "userns+landlock": "UNAVAILABLE-OK"} {
+		cmd := exec.Command(self, "-test.run", "^TestSandboxAutoDegrades$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), "SANDBOX_TEST_DENY="+deny)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Fatalf("%s: %v\n%s", deny, err, out)
+		}
+		t.Logf("%s: %s", deny, strings.TrimSpace(string(out)))
+	}
+	os.Remove("/etc/execwrap-degraded")
 }
 
 type runOut struct {
@@ -274,7 +387,7 @@ type framingProxy struct {
 	unframed int
 }
 
-func startFramingProxy(t *testing.T) *framingProxy {
+func startFramingProxy(t testing.TB) *framingProxy {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

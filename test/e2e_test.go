@@ -403,6 +403,9 @@ func TestKeepAliveReusesConnections(t *testing.T) {
 	if v := metricValue(t, p, "netproxy_connections_total", `{listener="http"}`); v != 1 {
 		t.Fatalf("client connections for 20 keep-alive requests: %v, want 1", v)
 	}
+	if v := metricValue(t, p, "netproxy_bytes_total", `{direction="down",protocol="http"}`); v != float64(20*len(Hello)) {
+		t.Fatalf("bytes_total down/http = %v, want %d", v, 20*len(Hello))
+	}
 }
 
 func TestReloadKeepsPolicyOnBadFile(t *testing.T) {

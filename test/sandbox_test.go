@@ -503,3 +503,79 @@ func TestSandboxRunDeniedByUserTerminates(t *testing.T) {
 		t.Fatal("the denied request reached the upstream")
 	}
 }
+
+// Without netproxy, an approval is asked on the terminal; without a
+// terminal it fails closed.
+func TestSandboxRunTTYPromptAndFailClosed(t *testing.T) {
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Fatal("script (bsdutils) is required to give execwrap a terminal")
+	}
+	dir := sbxDir(t)
+	bin := ExecwrapBin(t)
+	missing := filepath.Join(dir, "no-netproxy.sock")
+	for answer, wantFile := range map[string]bool{"y": true, "n": false} {
+		file := "tty-" + answer
+		cmd := exec.Command(script, "-qec", bin+" run --control "+missing+" --network none --approval-policy untrusted -- touch "+file, "/dev/null")
+		cmd.Dir = dir
+		stdin, _ := cmd.StdinPipe()
+		var out SyncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for !strings.Contains(out.String(), "[y/N]") && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		io.WriteString(stdin, answer+"\n")
+		err := cmd.Wait()
+		_, serr := os.Stat(filepath.Join(dir, file))
+		if (serr == nil) != wantFile {
+			t.Fatalf("answer %q: file exists=%v (err %v)\n%s", answer, serr == nil, err, out.String())
+		}
+	}
+	r, code, _ := sbxRun(t, os.Environ(), dir, "--control", missing, "--network", "none", "--approval-policy", "untrusted", "--", "touch", "no-tty")
+	if code != 11 || !strings.Contains(r.Rejected, "failing closed") {
+		t.Fatalf("no terminal: exit %d rejected %q", code, r.Rejected)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "no-tty")); err == nil {
+		t.Fatal("ran without any approval")
+	}
+}
+
+// Under untrusted, a sandbox denial after an approved first attempt is
+// retried without the sandbox (reference §7: no second prompt); under
+// on-request it is only reported.
+func TestSandboxRunEscalatedRetry(t *testing.T) {
+	cfg := StdConfig()
+	cfg.Approvals = true
+	p := StartProxy(t, cfg)
+	dir := sbxDir(t)
+	// Outside the workdir and not under /tmp (which is private inside).
+	outside, err := os.MkdirTemp("/var/tmp", "execwrap-e2e-outside-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(outside) })
+	target := filepath.Join(outside, "escalated.txt")
+	ch := sbxRunAsync(t, p.Env(), dir, "--control", p.Control, "--network", "none", "--approval-policy", "untrusted",
+		"--", "sh", "-c", "echo x > "+target)
+	sbxDecide(t, p, sbxPendingApproval(t, p, "exec", "escalated.txt"), "allow_once")
+	got := sbxAwait(t, ch)
+	if got.code != 0 || len(got.r.Attempts) != 2 || !got.r.Attempts[0].Sandboxed || !got.r.Attempts[0].Denied || got.r.Attempts[1].Sandboxed {
+		t.Fatalf("exit %d attempts %+v", got.code, got.r.Attempts)
+	}
+	if _, err := os.Stat(target); err != nil {
+		t.Fatal("the escalated retry did not run")
+	}
+	os.Remove(target)
+	r, code, _ := sbxRun(t, p.Env(), dir, "--control", p.Control, "--network", "none", "--approval-policy", "on-request",
+		"--", "sh", "-c", "echo x > "+target)
+	if code == 0 || len(r.Attempts) != 1 || !r.Sandbox.Denied {
+		t.Fatalf("on-request: exit %d attempts %+v sandbox %+v", code, r.Attempts, r.Sandbox)
+	}
+	if _, err := os.Stat(target); err == nil {
+		t.Fatal("on-request retried without the sandbox")
+	}
+}

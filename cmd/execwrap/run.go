@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -57,6 +58,9 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "execwrap run: %v\n", err)
 		return exitUsage
 	}
+	// A one-shot process: collect garbage only past a generous ceiling.
+	debug.SetGCPercent(-1)
+	debug.SetMemoryLimit(256 << 20)
 	// The token will live in this process: keep same-uid processes out of
 	// its memory and /proc entries.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)

@@ -123,9 +123,13 @@ func (r *runner) attempt(ctx context.Context, sandboxed bool) (orchestrator.Atte
 			uctx, ucancel := context.WithTimeout(context.Background(), netctl.QuickTimeout)
 			_ = r.client.Unregister(uctx, reg.ExecutionID)
 			ucancel()
-			select {
-			case <-collected:
-			case <-time.After(2 * time.Second):
+			// The denials decide nothing after a success and are only
+			// printed with --json: skip the wait for the stream's end then.
+			if err != nil || res.ExitCode != 0 || r.opts.json {
+				select {
+				case <-collected:
+				case <-time.After(2 * time.Second):
+				}
 			}
 		}
 	}
@@ -314,8 +318,12 @@ func (a runApprover) Approve(ctx context.Context, q orchestrator.Question) (orch
 }
 
 func promptTTY(ctx context.Context, tty *os.File, inv *invocation, q orchestrator.Question) (orchestrator.Answer, error) {
+	reason := q.Reason
+	if reason == "" {
+		reason = "the exec policy requires approval for this command"
+	}
 	fmt.Fprintf(tty, "\nexecwrap: approval needed: %s\n  command: %s\n  cwd:     %s\nRun it? [y/N] ",
-		q.Reason, strings.Join(inv.ApprovalIdentity, " "), inv.Cwd)
+		reason, strings.Join(inv.ApprovalIdentity, " "), inv.Cwd)
 	line := make(chan string, 1)
 	go func() {
 		s, _ := bufio.NewReader(tty).ReadString('\n')

@@ -208,6 +208,9 @@ type Gate struct {
 	once   sync.Once
 	wg     sync.WaitGroup
 	err    atomic.Pointer[error]
+
+	admMu     sync.Mutex
+	admitting map[*net.TCPConn]struct{} // sockets still in admission, closed by Close
 }
 
 // NewGate starts admitting connections from ln.
@@ -224,7 +227,7 @@ func NewGate(ln net.Listener, cfg GateConfig) *Gate {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	g := &Gate{ln: ln, cfg: cfg, ready: make(chan *Conn), closed: make(chan struct{})}
+	g := &Gate{ln: ln, cfg: cfg, ready: make(chan *Conn), closed: make(chan struct{}), admitting: make(map[*net.TCPConn]struct{})}
 	g.wg.Add(1)
 	go g.acceptLoop()
 	return g
@@ -276,6 +279,22 @@ func isTemporary(err error) bool {
 // without a byte written.
 func (g *Gate) admit(tcp *net.TCPConn) {
 	defer g.wg.Done()
+	g.admMu.Lock()
+	select {
+	case <-g.closed:
+		g.admMu.Unlock()
+		tcp.Close()
+		g.cfg.Tracker.abandon()
+		return
+	default:
+	}
+	g.admitting[tcp] = struct{}{}
+	g.admMu.Unlock()
+	defer func() {
+		g.admMu.Lock()
+		delete(g.admitting, tcp)
+		g.admMu.Unlock()
+	}()
 	m := g.cfg.Meter
 	fail := func(result string) {
 		m.Attribution(result)
@@ -347,7 +366,12 @@ func (g *Gate) AcceptConn() (*Conn, error) {
 func (g *Gate) Close() error {
 	var err error
 	g.once.Do(func() {
+		g.admMu.Lock()
 		close(g.closed)
+		for c := range g.admitting {
+			c.Close() // a client still silent or mid-frame gets no more time
+		}
+		g.admMu.Unlock()
 		err = g.ln.Close()
 	})
 	return err

@@ -314,8 +314,14 @@ func (h *HTTPProxy) servePlain(ctx context.Context, c *Conn, bw *bufio.Writer, r
 		writeSimple(bw, http.StatusBadRequest, "missing host")
 		return false
 	}
+	// Watch the client through the decision and the upstream round trip:
+	// if it leaves during a slow review or a slow upstream, both stop.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopWatch := watchVanish(c, cancel)
+	defer stopWatch()
 	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method)
-	d := h.core.decideWatching(ctx, c, hreq)
+	d := h.core.decide(ctx, hreq)
 	if !d.Allowed() {
 		keep := !hasBody(req) && !req.Close
 		writeBlockedJSON(bw, d, keep)
@@ -341,6 +347,10 @@ func (h *HTTPProxy) servePlain(ctx context.Context, c *Conn, bw *bufio.Writer, r
 	fctx := WithTarget(ctx, TargetOf(d))
 	h.gp.ServeHTTP(rw, req.WithContext(fctx))
 	rw.finish()
+	h.core.Meter.Bytes("down", string(hostpolicy.ProtoHTTP), rw.written)
+	if body != nil {
+		h.core.Meter.Bytes("up", string(hostpolicy.ProtoHTTP), body.bytes())
+	}
 	if body != nil && !body.done() {
 		// The upstream did not read the whole body: the stream is out of
 		// step. Close the socket (unblocking a read the transport may still
@@ -487,6 +497,7 @@ type trackedBody struct {
 	rc          io.ReadCloser
 	eof         bool
 	stopped     bool
+	n           int64
 	started     bool
 	onFirstRead func()
 }
@@ -507,6 +518,7 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 		}
 	}
 	n, err := b.rc.Read(p)
+	b.n += int64(n)
 	if err == io.EOF {
 		b.eof = true
 	}
@@ -514,6 +526,15 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 }
 
 func (b *trackedBody) Close() error { return nil }
+
+// bytes is how much of the body was read (call after done or stop).
+func (b *trackedBody) bytes() int64 {
+	if !b.mu.TryLock() {
+		return 0
+	}
+	defer b.mu.Unlock()
+	return b.n
+}
 
 // stop waits for a running read to end and refuses later ones.
 func (b *trackedBody) stop() {
@@ -543,6 +564,7 @@ type respWriter struct {
 	noBody      bool
 	closeAfter  bool
 	remaining   int64 // -1: unknown
+	written     int64 // body bytes sent to the client
 	err         error
 }
 
@@ -621,6 +643,7 @@ func (w *respWriter) Write(p []byte) (int, error) {
 		fmt.Fprintf(w.bw, "%x\r\n", len(p))
 	}
 	n, err := w.bw.Write(p)
+	w.written += int64(n)
 	if w.chunked && err == nil {
 		_, err = w.bw.WriteString("\r\n")
 	}
@@ -649,6 +672,7 @@ func (w *respWriter) ReadFrom(r io.Reader) (int64, error) {
 			src = io.LimitReader(r, w.remaining)
 		}
 		n, err := w.bw.ReadFrom(src)
+		w.written += n
 		if w.remaining >= 0 {
 			w.remaining -= n
 		}

@@ -518,3 +518,31 @@ func TestVanishedClientCancelsReview(t *testing.T) {
 		}
 	}
 }
+
+// TestVanishedClientStopsSlowUpstream: a client that leaves while the
+// upstream has not answered releases the upstream connection.
+func TestVanishedClientStopsSlowUpstream(t *testing.T) {
+	released := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done(): // the proxy closed its upstream connection
+			close(released)
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	s := newStack(t, testPolicy, Limits{}, "")
+	c, err := net.Dial("tcp", s.httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "GET http://up.test:%d/ HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", port, port)
+	time.Sleep(300 * time.Millisecond)
+	c.Close()
+	select {
+	case <-released:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream request outlived the client")
+	}
+}

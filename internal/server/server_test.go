@@ -157,3 +157,49 @@ func TestPortInUse(t *testing.T) {
 		t.Fatal("control socket left behind")
 	}
 }
+
+func TestShutdownDoesNotWaitForSilentClients(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("NETPROXY_HOME", dir)
+	cfg, err := config.Load(writeConfig(t, dir, "[approvals]\nenabled = false\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	silent, err := net.Dial("tcp", s.Addrs().HTTP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	idle, err := net.Dial("tcp", s.Addrs().SOCKS5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("shutdown took %s with silent clients connected", d)
+	}
+	if code := func() int {
+		c, err := net.DialTimeout("tcp", s.Addrs().HTTP, time.Second)
+		if err != nil {
+			return 0
+		}
+		c.Close()
+		return 1
+	}(); code != 0 {
+		t.Fatal("still accepting after shutdown")
+	}
+}

@@ -369,28 +369,41 @@ func (w *Writer) run(f *os.File) {
 	line := make([]byte, 0, 1024)
 	ticker := time.NewTicker(flushInterval)
 	defer ticker.Stop()
-	var writeErrs uint64 // consecutive failures, to log once per burst
+	var failing bool // in a burst of write errors: log once per burst
+	buffered := 0    // records in bw not yet flushed to the file
 
+	// lost counts n records that cannot reach the file as drops.
+	lost := func(n int, err error) {
+		w.dropped.Add(uint64(n))
+		if w.onDrop != nil {
+			for range n {
+				w.onDrop()
+			}
+		}
+		if !failing {
+			w.logger.Error("audit write failed; records are being lost", "path", w.path, "lost", n, "err", err)
+		}
+		failing = true
+	}
 	write := func(r Record) {
 		line = AppendRecord(line[:0], r)
 		if _, err := bw.Write(line); err != nil {
-			w.dropped.Add(1) // the record is lost: count it like a drop
-			if w.onDrop != nil {
-				w.onDrop()
-			}
-			if writeErrs == 0 {
-				w.logger.Error("audit write failed; records are being lost", "path", w.path, "err", err)
-			}
-			writeErrs++
+			// bufio keeps failing once a write failed: drop what it holds.
+			lost(buffered+1, err)
+			bw.Reset(f)
+			buffered = 0
 			return
 		}
-		writeErrs = 0
+		buffered++
 	}
 	flush := func() {
 		if err := bw.Flush(); err != nil {
-			w.logger.Error("audit flush failed", "path", w.path, "err", err)
-			bw.Reset(f) // drop the unwritable bytes rather than retry forever
+			lost(buffered, err)
+			bw.Reset(f)
+		} else if buffered > 0 {
+			failing = false
 		}
+		buffered = 0
 	}
 	drain := func() {
 		for {

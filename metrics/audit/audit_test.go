@@ -360,3 +360,29 @@ func FuzzAppendRecord(f *testing.F) {
 		}
 	})
 }
+
+// A file that refuses writes (/dev/full: ENOSPC) loses records: each one is
+// counted as a drop and the failure is logged, not silently swallowed.
+func TestWriteErrorsAreCountedAndLogged(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Fatalf("/dev/full is needed for this test: %v", err)
+	}
+	var logs syncBuffer
+	var drops atomic.Int64
+	w, err := Open("/dev/full", 16, slog.New(slog.NewTextHandler(&logs, nil)), WithDropCounter(func() { drops.Add(1) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		w.ObserveDecision(sampleDecision())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = w.Close(ctx) // the close itself may or may not report the error
+	if w.Dropped() != 3 || drops.Load() != 3 {
+		t.Fatalf("Dropped=%d drops=%d, want 3 lost records counted", w.Dropped(), drops.Load())
+	}
+	if !strings.Contains(logs.String(), "audit write failed") {
+		t.Fatalf("write failure not logged:\n%s", logs.String())
+	}
+}
