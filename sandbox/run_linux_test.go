@@ -316,7 +316,7 @@ func TestSandboxSignalForwarding(t *testing.T) {
 	sigs := make(chan Signal, 1)
 	go func() {
 		// Wait until the command is running (it writes the marker).
-		for range 200 {
+		for range 1500 {
 			if _, err := os.Stat(filepath.Join(wd, "started")); err == nil {
 				sigs <- Signal(15)
 				return

@@ -579,3 +579,34 @@ func TestSandboxRunEscalatedRetry(t *testing.T) {
 		t.Fatal("on-request retried without the sandbox")
 	}
 }
+
+func TestSandboxDoctor(t *testing.T) {
+	cmd := exec.Command(ExecwrapBin(t), "doctor", "--json")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("doctor: %v\n%s", err, out)
+	}
+	var rep struct {
+		LandlockABI    int    `json:"landlock_abi"`
+		AutoTier       string `json:"auto_tier"`
+		NamespacesTier struct {
+			OK    bool   `json:"ok"`
+			Error string `json:"error"`
+		} `json:"namespaces_tier"`
+		Sysctls map[string]string `json:"sysctls"`
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	if rep.AutoTier == "" || rep.Sysctls["user.max_user_namespaces"] == "" {
+		t.Fatalf("doctor report incomplete: %s", out)
+	}
+	// On the CI machine (and this one) user namespaces work.
+	if !rep.NamespacesTier.OK || rep.AutoTier != "namespaces" {
+		t.Fatalf("namespaces tier: %+v, auto %s", rep.NamespacesTier, rep.AutoTier)
+	}
+	text, err := exec.Command(ExecwrapBin(t), "doctor").Output()
+	if err != nil || !strings.Contains(string(text), "execwrap run --tier auto uses") {
+		t.Fatalf("doctor text: %v\n%s", err, text)
+	}
+}

@@ -46,11 +46,6 @@ type runOptions struct {
 	maxOutput     int
 }
 
-type stringList []string
-
-func (s *stringList) String() string     { return strings.Join(*s, ",") }
-func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
-
 // runRun implements `execwrap run` (SPEC §6.4, §7.6).
 func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	inv, ro, err := parseRunFlags(args, stdin)
@@ -112,7 +107,7 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	fs.StringVar(&ro.envID, "env-id", "default", "environment id")
 	fs.StringVar(&ro.turnID, "turn-id", "", "turn id")
 	fs.DurationVar(&ro.timeout, "timeout", 0, "kill the command after this long")
-	fs.Var((*stringList)(&ro.writableRoots), "writable-root", "extra writable root (repeatable)")
+	fs.Var((*repeated)(&ro.writableRoots), "writable-root", "extra writable root (repeatable)")
 	fs.StringVar(&ro.tier, "tier", "auto", "auto | namespaces | landlock")
 	fs.IntVar(&ro.maxOutput, "max-output", 1<<20, "bytes of stdout and of stderr kept in the result")
 	if err := fs.Parse(args); err != nil {
