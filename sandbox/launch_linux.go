@@ -142,14 +142,17 @@ func checkProxyTarget(p *ProxyTarget) error {
 	return nil
 }
 
-// resolveProxy returns the target, asking ProxyResolve at most once.
+// resolveProxy returns the target, asking ProxyResolve at most once: its
+// failure is remembered too, since each in-sandbox listener asks again and
+// a resolver may not be callable twice.
 func (s *Spec) resolveProxy(ctx context.Context) (*ProxyTarget, error) {
 	if s.Proxy == nil && s.ProxyResolve != nil {
 		p, err := s.ProxyResolve(ctx)
-		if err != nil {
-			return nil, err
+		if err == nil {
+			err = checkProxyTarget(p)
 		}
-		if err := checkProxyTarget(p); err != nil {
+		if err != nil {
+			s.ProxyResolve = func(context.Context) (*ProxyTarget, error) { return nil, err }
 			return nil, err
 		}
 		s.Proxy, s.ProxyResolve = p, nil

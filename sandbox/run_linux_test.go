@@ -621,3 +621,34 @@ func TestSandboxInheritedFDsDoNotLeak(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxProxyResolveFailureAskedOnce: execwrap's resolver hands out one
+// registration outcome and would block if asked again; with two in-sandbox
+// listeners a failed resolution must be remembered, not retried (a retry
+// hung `execwrap run` forever when netproxy was not running).
+func TestSandboxProxyResolveFailureAskedOnce(t *testing.T) {
+	wd := workdir(t)
+	outcome := make(chan error, 1)
+	outcome <- fmt.Errorf("netproxy unreachable")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := Run(ctx, Spec{Cwd: wd, Argv: sh("touch ran"), Kind: KindWorkspaceWrite, Network: NetworkProxied,
+		Tier: TierNamespaces, Timeout: 10 * time.Second,
+		ProxyResolve: func(rctx context.Context) (*ProxyTarget, error) {
+			select {
+			case err := <-outcome:
+				return nil, err
+			case <-rctx.Done():
+				return nil, rctx.Err()
+			}
+		}})
+	if err == nil || !strings.Contains(err.Error(), "netproxy unreachable") {
+		t.Fatalf("err = %v, want the resolver's failure", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("Run waited for a second resolution instead of failing closed")
+	}
+	if _, serr := os.Stat(filepath.Join(wd, "ran")); serr == nil {
+		t.Fatal("the command ran although the proxy could not be resolved")
+	}
+}

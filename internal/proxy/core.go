@@ -65,7 +65,7 @@ func (c *Core) logger() *slog.Logger {
 
 // request builds the chain's request for a connection.
 func (c *Core) request(conn *Conn, host string, port uint16, proto hostpolicy.Protocol, method string) hostpolicy.Request {
-	r := hostpolicy.Request{Host: host, Port: port, Protocol: proto, Method: method, Client: conn.RemoteAddr().String()}
+	r := hostpolicy.Request{Host: host, Port: port, Protocol: proto, Method: method, Client: conn.clientAddr()}
 	if conn.Attributed {
 		r.ExecutionID = conn.Exec.ID
 		r.SessionID = conn.Exec.SessionID

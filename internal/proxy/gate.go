@@ -35,6 +35,15 @@ type Conn struct {
 	tracker *Tracker
 	idle    atomic.Bool
 	closed  atomic.Bool
+	client  string // RemoteAddr().String(), rendered once per connection
+}
+
+// clientAddr is the client's address as decisions report it.
+func (c *Conn) clientAddr() string {
+	if c.client == "" {
+		return c.RemoteAddr().String()
+	}
+	return c.client
 }
 
 // Close closes the socket once and releases its slot.
@@ -314,7 +323,7 @@ func (g *Gate) admit(tcp *net.TCPConn) {
 		fail(attribution.Result(err))
 		return
 	}
-	c := &Conn{TCPConn: tcp, Listener: g.cfg.Name, tracker: g.cfg.Tracker}
+	c := &Conn{TCPConn: tcp, Listener: g.cfg.Name, tracker: g.cfg.Tracker, client: tcp.RemoteAddr().String()}
 	switch {
 	case framed:
 		exec, ok := g.cfg.Registry.ByToken(token)

@@ -64,7 +64,7 @@ func NewHTTP(core *Core) *HTTPProxy {
 		http.Error(w, "missing host", http.StatusBadRequest)
 	})
 	if core.Dialer.Parent == "" {
-		h.pool = newUpstreamPool(core.Dialer.DialContext, h.tr)
+		h.pool = newUpstreamPool(core.Dialer, h.tr)
 		gp.OnRequest().DoFunc(func(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
 			ctx.RoundTripper = h.pool
 			return r, nil
@@ -217,6 +217,13 @@ func (h *HTTPProxy) ServeConn(ctx context.Context, c *Conn) {
 		bw.Reset(nil)
 		writerPool.Put(bw)
 	}()
+	// Per-request state that lives as long as the connection: its context
+	// (cancelled when the client vanishes), the watch and the response
+	// writer are reused by every request instead of allocated per request.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pc := &plainConn{ctx: cctx, watch: newConnWatch(c, cancel)}
+	defer pc.watch.timer.Stop()
 	for first := true; ; first = false {
 		if !first {
 			// Keep-alive: wait for the next request's first byte.
@@ -252,11 +259,14 @@ func (h *HTTPProxy) ServeConn(ctx context.Context, c *Conn) {
 			return
 		}
 		lim.n = math.MaxInt64
-		c.SetReadDeadline(time.Time{})
+		// The head's read deadline stays set: the fast path reads nothing
+		// more from the client for this request (saving a deadline change
+		// per request); every other path clears it before reading on.
 		if !h.core.stillAttributed(c) {
 			return // the execution ended: its connections go with it
 		}
 		if req.Method == http.MethodConnect {
+			c.SetReadDeadline(time.Time{})
 			if h.serveConnect(ctx, c, br, bw, req) {
 				closeConn = false // the tunnel owns the connection now
 			}
@@ -266,7 +276,7 @@ func (h *HTTPProxy) ServeConn(ctx context.Context, c *Conn) {
 		if cap(lim.raw) > 64<<10 {
 			lim.raw = nil // do not keep a huge head's buffer on an idle connection
 		}
-		if !h.servePlain(ctx, c, bw, req, hostHdr) {
+		if !h.servePlain(ctx, pc, c, bw, req, hostHdr) || cctx.Err() != nil {
 			return
 		}
 	}
@@ -292,7 +302,7 @@ func hasBody(req *http.Request) bool {
 
 // servePlain handles one absolute-form (or origin-form with Host) request
 // and reports whether the connection may serve another one.
-func (h *HTTPProxy) servePlain(ctx context.Context, c *Conn, bw *bufio.Writer, req *http.Request, hostHdr string) bool {
+func (h *HTTPProxy) servePlain(ctx context.Context, pc *plainConn, c *Conn, bw *bufio.Writer, req *http.Request, hostHdr string) bool {
 	var authority string
 	switch {
 	case req.URL.IsAbs():
@@ -314,6 +324,13 @@ func (h *HTTPProxy) servePlain(ctx context.Context, c *Conn, bw *bufio.Writer, r
 		writeSimple(bw, http.StatusBadRequest, "missing host")
 		return false
 	}
+	// Body-less requests to direct upstreams (the common case) take the
+	// fast path; requests with a body, and everything through a parent
+	// proxy, are forwarded by goproxy over http.Transport.
+	if h.pool != nil && bodyless(req) {
+		return h.serveFast(pc, c, bw, req, authority, host, port)
+	}
+	c.SetReadDeadline(time.Time{}) // the body and the watch read the client
 	// Watch the client through the decision and the upstream round trip:
 	// if it leaves during a slow review or a slow upstream, both stop.
 	ctx, cancel := context.WithCancel(ctx)
@@ -362,6 +379,76 @@ func (h *HTTPProxy) servePlain(ctx context.Context, c *Conn, bw *bufio.Writer, r
 	return !rw.closeAfter && rw.err == nil
 }
 
+// plainConn is the per-connection state of the fast path.
+type plainConn struct {
+	ctx   context.Context // the connection's; cancelled when the client vanishes
+	watch *connWatch
+	rw    respWriter
+}
+
+// serveFast forwards a body-less request to a direct upstream over the
+// keep-alive pool, on this goroutine. It does what the goproxy path does —
+// the same decision, the same hop-by-hop filtering both ways, the same
+// pinned dial, the same framing — without goproxy's per-request context,
+// header copy and log formatting.
+func (h *HTTPProxy) serveFast(pc *plainConn, c *Conn, bw *bufio.Writer, req *http.Request, authority, host string, port uint16) bool {
+	ctx := pc.ctx
+	// Watch the client through the decision and the upstream round trip:
+	// if it leaves during a slow review or a slow upstream, both stop.
+	pc.watch.arm()
+	watching := true
+	defer func() {
+		if watching {
+			pc.watch.disarm()
+		}
+	}()
+	d := h.core.decide(ctx, h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method))
+	if !d.Allowed() {
+		keep := !req.Close
+		writeBlockedJSON(bw, d, keep)
+		return keep
+	}
+	req.URL.Scheme = "http"
+	req.URL.Host = authority
+	req.Host = authority
+	req.RequestURI = ""
+	removeHopByHop(req.Header)
+
+	rw := &pc.rw
+	*rw = respWriter{bw: bw, req: req, closeAfter: req.Close}
+	t := TargetOf(d)
+	resp, err := h.pool.roundTrip(ctx, req, &t, pc.watch)
+	if err != nil {
+		h.core.logger().Info("upstream failure", "host", d.Host, "error", scrubErr(err))
+		rw.header = http.Header{"Content-Type": {"text/plain; charset=utf-8"}}
+		rw.WriteHeader(http.StatusBadGateway)
+		rw.Write([]byte("upstream failure\n"))
+	} else {
+		rw.header = resp.Header
+		rw.WriteHeader(resp.StatusCode)
+		if streams(rw) {
+			// Server-sent events and chunked answers reach the client as
+			// they arrive (goproxy's flushWriter does the same).
+			rw.copyFlushing(resp.Body)
+		} else {
+			rw.ReadFrom(resp.Body)
+		}
+		resp.Body.Close()
+	}
+	watching = false
+	pc.watch.disarm()
+	rw.finish()
+	h.core.Meter.Bytes("down", string(hostpolicy.ProtoHTTP), rw.written)
+	keep := !rw.closeAfter && rw.err == nil
+	rw.req, rw.header = nil, nil // nothing of this request stays reachable
+	return keep
+}
+
+// streams reports whether a response must be flushed as it arrives.
+func streams(w *respWriter) bool {
+	return w.chunked || strings.HasPrefix(w.header.Get("Content-Type"), "text/event-stream")
+}
+
 func expectsContinue(req *http.Request) bool {
 	for _, v := range req.Header.Values("Expect") {
 		if strings.EqualFold(strings.TrimSpace(v), "100-continue") {
@@ -375,6 +462,11 @@ func expectsContinue(req *http.Request) bool {
 // must match and so must the ports, a missing port meaning the default.
 func sameAuthority(hostHdr, target string, def uint16) bool {
 	h1, p1, ok1 := splitHostPort(hostHdr, def)
+	if ok1 && hostHdr == target {
+		// The usual case, the same bytes twice: one normalisation will do.
+		_, err := hostpolicy.Normalize(h1)
+		return err == nil
+	}
 	h2, p2, ok2 := splitHostPort(target, def)
 	return ok1 && ok2 && p1 == p2 && sameHost(h1, h2)
 }
@@ -395,7 +487,7 @@ func removeHopByHop(h http.Header) {
 		}
 	}
 	for _, name := range hopByHop {
-		h.Del(name)
+		delete(h, name) // already canonical: no re-canonicalisation per call
 	}
 }
 
@@ -697,6 +789,29 @@ func (w *respWriter) ReadFrom(r io.Reader) (int64, error) {
 		}
 		if rerr != nil {
 			return total, rerr
+		}
+	}
+}
+
+// copyFlushing copies a streamed body, flushing after every read.
+func (w *respWriter) copyFlushing(r io.Reader) {
+	bp := copyBufPool.Get().(*[]byte)
+	defer copyBufPool.Put(bp)
+	for {
+		n, rerr := r.Read(*bp)
+		if n > 0 {
+			if _, err := w.Write((*bp)[:n]); err != nil {
+				return
+			}
+			if w.Flush(); w.err != nil {
+				return
+			}
+		}
+		if rerr != nil {
+			if rerr != io.EOF && w.err == nil {
+				w.err = rerr
+			}
+			return
 		}
 	}
 }

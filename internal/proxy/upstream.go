@@ -7,10 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/elazarl/goproxy"
+	"golang.org/x/net/http/httpguts"
 )
 
 // upstreamPool is goproxy's round tripper for body-less requests to direct
@@ -21,10 +24,11 @@ import (
 // a parent proxy is configured, still go through http.Transport (it writes
 // bodies concurrently with reading an early response).
 type upstreamPool struct {
-	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
-	fallback http.RoundTripper
-	maxIdle  int           // per host:port
-	idleFor  time.Duration // an idle connection older than this is closed
+	dial       func(ctx context.Context, network, addr string) (net.Conn, error)
+	dialTarget func(ctx context.Context, t Target) (*net.TCPConn, error)
+	fallback   http.RoundTripper
+	maxIdle    int           // per host:port
+	idleFor    time.Duration // an idle connection older than this is closed
 
 	mu        sync.Mutex
 	idle      map[string][]*upConn
@@ -36,33 +40,66 @@ type upstreamPool struct {
 }
 
 type upConn struct {
-	c     net.Conn
-	br    *bufio.Reader
-	bw    *bufio.Writer
-	key   string
-	since time.Time
+	c        net.Conn
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	key      string
+	since    time.Time
+	deadline bool // a deadline was set since the connection was pooled
 }
 
-func newUpstreamPool(dial func(ctx context.Context, network, addr string) (net.Conn, error), fallback http.RoundTripper) *upstreamPool {
-	return &upstreamPool{dial: dial, fallback: fallback, maxIdle: 64, maxTotal: 1024, idleFor: 90 * time.Second,
+func newUpstreamPool(d *Dialer, fallback http.RoundTripper) *upstreamPool {
+	return &upstreamPool{dial: d.DialContext, dialTarget: d.DialTarget, fallback: fallback, maxIdle: 64, maxTotal: 1024, idleFor: 90 * time.Second,
 		sweepTick: 30 * time.Second, idle: make(map[string][]*upConn)}
 }
 
 func (p *upstreamPool) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Response, error) {
-	if req.URL.Scheme != "http" || req.ContentLength != 0 || len(req.TransferEncoding) > 0 || (req.Body != nil && req.Body != http.NoBody) {
+	if req.URL.Scheme != "http" || !bodyless(req) {
 		return p.fallback.RoundTrip(req)
+	}
+	return p.roundTrip(req.Context(), req, nil, nil)
+}
+
+// bodyless reports whether req carries no body at all.
+func bodyless(req *http.Request) bool {
+	return req.ContentLength == 0 && len(req.TransferEncoding) == 0 && (req.Body == nil || req.Body == http.NoBody)
+}
+
+// interrupter cuts a running upstream read when the client goes away (the
+// fast path's connWatch); without one, the request's context does.
+type interrupter interface {
+	// watchUpstream makes c's reads fail once the client has vanished
+	// (at once if it already has).
+	watchUpstream(c net.Conn)
+	// releaseUpstream ends the watch; false when c was cut.
+	releaseUpstream() bool
+}
+
+// roundTrip sends a body-less request over a pooled connection to
+// req.URL.Host and reads the response head. A new connection is dialed to
+// t when given, else with p.dial (ctx must then carry the target). When ctx
+// is done — or intr reports the client gone — a running read stops.
+func (p *upstreamPool) roundTrip(ctx context.Context, req *http.Request, t *Target, intr interrupter) (*http.Response, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	key := req.URL.Host
 	for attempt := 0; ; attempt++ {
 		uc, reused := p.get(key)
 		if uc == nil {
-			c, err := p.dial(req.Context(), "tcp", key)
+			var c net.Conn
+			var err error
+			if t != nil {
+				c, err = p.dialTarget(ctx, *t)
+			} else {
+				c, err = p.dial(ctx, "tcp", key)
+			}
 			if err != nil {
 				return nil, err
 			}
 			uc = &upConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096), key: key}
 		}
-		resp, err := p.exchange(uc, req)
+		resp, err := p.exchange(ctx, uc, req, intr)
 		if err == nil {
 			return resp, nil
 		}
@@ -70,26 +107,33 @@ func (p *upstreamPool) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*htt
 		// A pooled connection the upstream closed while idle fails before
 		// any response byte: retry once on a fresh one (body-less requests
 		// are safe to resend).
-		if !reused || attempt > 0 || req.Context().Err() != nil {
+		if !reused || attempt > 0 || ctx.Err() != nil {
 			return nil, err
 		}
 	}
 }
 
-func (p *upstreamPool) exchange(uc *upConn, req *http.Request) (*http.Response, error) {
-	if dl, ok := req.Context().Deadline(); ok {
+func (p *upstreamPool) exchange(ctx context.Context, uc *upConn, req *http.Request, intr interrupter) (*http.Response, error) {
+	// Pooled connections carry no deadline (put clears it); only a
+	// request with a deadline sets one.
+	if dl, ok := ctx.Deadline(); ok {
 		uc.c.SetDeadline(dl)
-	} else {
-		uc.c.SetDeadline(time.Time{})
+		uc.deadline = true
 	}
-	if err := req.Write(uc.bw); err != nil {
+	if err := writeRequestHead(uc.bw, req); err != nil {
 		return nil, err
 	}
 	if err := uc.bw.Flush(); err != nil {
 		return nil, err
 	}
 	// The client may give up while the upstream thinks: unblock the read.
-	stop := context.AfterFunc(req.Context(), func() { uc.c.SetReadDeadline(time.Now()) })
+	var stop func() bool
+	if intr != nil {
+		intr.watchUpstream(uc.c)
+		stop = intr.releaseUpstream
+	} else {
+		stop = context.AfterFunc(ctx, func() { uc.c.SetReadDeadline(time.Now()) })
+	}
 	var resp *http.Response
 	var err error
 	for {
@@ -109,6 +153,86 @@ func (p *upstreamPool) exchange(uc *upConn, req *http.Request) (*http.Response, 
 	}
 	resp.Body = &pooledBody{rc: resp.Body, uc: uc, pool: p, reuse: !resp.Close && !req.Close, stop: stop}
 	return resp, nil
+}
+
+// reqHeadExclude are the headers writeRequestHead writes itself (or never):
+// the same set http.Request.Write excludes.
+var reqHeadExclude = map[string]bool{"Host": true, "User-Agent": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
+
+// writeRequestHead writes the head of a body-less request in origin-form,
+// byte for byte what http.Request.Write sends for it, without its
+// per-request formatting and allocations. Anything unusual (a host that
+// needs IDNA or is not a valid Host value, a zone, a control byte in the
+// target) is left to http.Request.Write, which handles or refuses it.
+func writeRequestHead(bw *bufio.Writer, req *http.Request) error {
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	ruri := req.URL.RequestURI()
+	if !plainASCII(host) || !httpguts.ValidHostHeader(host) || strings.Contains(host, "%") || hasCTL(ruri) || req.Method == "" {
+		return req.Write(bw)
+	}
+	bw.WriteString(req.Method)
+	bw.WriteByte(' ')
+	bw.WriteString(ruri)
+	bw.WriteString(" HTTP/1.1\r\nHost: ")
+	bw.WriteString(host)
+	bw.WriteString("\r\n")
+	ua := "Go-http-client/1.1" // http.Request.Write's default
+	if _, ok := req.Header["User-Agent"]; ok {
+		ua = req.Header.Get("User-Agent")
+		if strings.ContainsAny(ua, "\r\n") {
+			return req.Write(bw)
+		}
+		ua = textproto.TrimString(ua)
+	}
+	if ua != "" {
+		bw.WriteString("User-Agent: ")
+		bw.WriteString(ua)
+		bw.WriteString("\r\n")
+	}
+	if req.Close && !headerHasToken(req.Header, "Connection", "close") {
+		bw.WriteString("Connection: close\r\n")
+	}
+	switch req.Method {
+	case "POST", "PUT", "PATCH":
+		bw.WriteString("Content-Length: 0\r\n") // http.Request.Write does the same
+	}
+	if err := req.Header.WriteSubset(bw, reqHeadExclude); err != nil {
+		return err
+	}
+	_, err := bw.WriteString("\r\n")
+	return err
+}
+
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+func hasCTL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; b < ' ' || b == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h[name] {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // pooledBody returns its connection to the pool once the body was read to
@@ -170,7 +294,10 @@ func (p *upstreamPool) get(key string) (*upConn, bool) {
 
 func (p *upstreamPool) put(uc *upConn) {
 	uc.since = time.Now()
-	uc.c.SetDeadline(time.Time{})
+	if uc.deadline {
+		uc.c.SetDeadline(time.Time{})
+		uc.deadline = false
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || len(p.idle[uc.key]) >= p.maxIdle || p.total >= p.maxTotal || uc.br.Buffered() > 0 {

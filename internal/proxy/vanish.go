@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"net"
 	"sync"
 	"time"
 
@@ -61,4 +62,98 @@ func (c *Core) decideWatching(ctx context.Context, conn *Conn, req hostpolicy.Re
 	d := c.decide(ctx, req)
 	stop()
 	return d
+}
+
+// connWatch is watchVanish for a keep-alive connection: one timer per
+// connection, re-armed for each request, so a request that is decided and
+// answered quickly costs a timer reset and stop instead of a context, a
+// timer, a closure and a mutex. When the client goes away it cancels the
+// connection's context (a client that left sends no later request either)
+// and cuts the upstream read in progress (interrupter).
+type connWatch struct {
+	conn   *Conn
+	cancel context.CancelFunc
+	timer  *time.Timer
+
+	mu       sync.Mutex
+	armed    bool
+	done     chan struct{} // set while a peek is running
+	vanished bool          // the client went away
+	up       net.Conn      // the upstream being read for this client
+	cut      bool          // up's read was cut
+}
+
+func newConnWatch(conn *Conn, cancel context.CancelFunc) *connWatch {
+	w := &connWatch{conn: conn, cancel: cancel}
+	w.timer = time.AfterFunc(time.Hour, w.fire)
+	w.timer.Stop()
+	return w
+}
+
+// arm starts watching after watchDelay.
+func (w *connWatch) arm() {
+	w.mu.Lock()
+	w.armed = true
+	w.mu.Unlock()
+	w.timer.Reset(watchDelay)
+}
+
+func (w *connWatch) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.armed || w.done != nil {
+		return // disarmed meanwhile (a late callback of an earlier request)
+	}
+	// The request head's deadline may still be set; the peek waits for as
+	// long as the request runs. Cleared under mu, so disarm's deadline
+	// (set after it took mu) always wins.
+	w.conn.SetReadDeadline(time.Time{})
+	done := make(chan struct{})
+	w.done = done
+	go func() {
+		defer close(done)
+		if _, err := attribution.PeekByte(w.conn.TCPConn); err != nil && !isTimeout(err) && err != attribution.ErrTimeout {
+			w.cancel()
+			w.mu.Lock()
+			w.vanished = true
+			if w.up != nil {
+				w.up.SetReadDeadline(time.Now())
+				w.cut = true
+			}
+			w.mu.Unlock()
+		}
+	}()
+}
+
+// disarm stops the watch; it must be called before the connection is read
+// again.
+func (w *connWatch) disarm() {
+	w.timer.Stop()
+	w.mu.Lock()
+	w.armed = false
+	d := w.done
+	w.done = nil
+	w.mu.Unlock()
+	if d != nil {
+		w.conn.SetReadDeadline(time.Now())
+		<-d
+	}
+}
+
+func (w *connWatch) watchUpstream(c net.Conn) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.up, w.cut = c, false
+	if w.vanished {
+		c.SetReadDeadline(time.Now())
+		w.cut = true
+	}
+}
+
+func (w *connWatch) releaseUpstream() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cut := w.cut
+	w.up, w.cut = nil, false
+	return !cut
 }

@@ -1,16 +1,24 @@
-// Command loadbench is `make bench`'s end-to-end load test of netproxy: it
-// starts the real binary and measures, in the same run and against the same
-// upstream, plain-HTTP requests/s and p50/p99 latency through the proxy and
-// directly (keep-alive, 64 connections), CONNECT tunnel throughput for a
-// 1 GiB transfer through the proxy and directly, and the memory each idle
-// CONNECT tunnel costs the proxy (RSS growth over 5 000 tunnels).
+// Command loadbench is `make bench`'s end-to-end load test of netproxy. In
+// one run, against the same endpoints, it measures:
 //
-// It must never need the network beyond loopback.
+//   - plain-HTTP requests/s and p50/p99 latency with wrk (one thread, 64
+//     keep-alive connections) directly against the upstream, through
+//     netproxy, and through a null relay (a bare splice relay: the ceiling of
+//     any relay on this machine), unpinned and pinned (wrk on CPU 0; upstream,
+//     proxy and relay on CPU 1);
+//   - the throughput of a 1 GiB transfer (sendfile sender, splice-to-/dev/null
+//     receiver) directly, through a netproxy CONNECT tunnel and through the
+//     null relay;
+//   - the memory each idle CONNECT tunnel costs netproxy (RSS growth over
+//     5 000 tunnels).
+//
+// Every party but wrk runs as its own process (this binary re-executed with
+// -role) so it can be pinned. It must never need the network beyond loopback.
 package main
 
 import (
-	"bufio"
-	"context"
+	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,7 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,87 +36,94 @@ import (
 )
 
 func main() {
+	role := flag.String("role", "", "internal: run a helper role (http, blob, relay)")
+	to := flag.String("to", "", "internal: the relay's destination")
 	bin := flag.String("netproxy", "bin/netproxy", "netproxy binary")
-	dur := flag.Duration("duration", 5*time.Second, "duration of each requests/s run")
+	wrk := flag.String("wrk", "wrk", "wrk binary (Debian package wrk)")
+	dur := flag.Duration("duration", 3*time.Second, "length of each wrk run (whole seconds)")
+	rounds := flag.Int("rounds", 3, "alternating rounds per HTTP layout")
 	conns := flag.Int("conns", 64, "keep-alive connections for the requests/s runs")
-	size := flag.Int64("bytes", 1<<30, "bytes per tunnel throughput run")
+	size := flag.Int64("bytes", 1<<30, "bytes per throughput run")
 	tunnels := flag.Int("tunnels", 5000, "idle CONNECT tunnels for the memory run")
+	only := flag.String("only", "http,tunnel,idle", "which parts to run")
 	flag.Parse()
-	if err := run(*bin, *dur, *conns, *size, *tunnels); err != nil {
+	var err error
+	if *role != "" {
+		err = runRole(*role, *to, *size)
+	} else {
+		err = run(options{bin: *bin, wrk: *wrk, dur: *dur, rounds: *rounds, conns: *conns, size: *size, tunnels: *tunnels, only: strings.Split(*only, ",")})
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin string, dur time.Duration, conns int, size int64, tunnels int) error {
-	httpUp, err := startHTTPUpstream()
+type options struct {
+	bin, wrk string
+	dur      time.Duration
+	rounds   int
+	conns    int
+	size     int64
+	tunnels  int
+	only     []string
+}
+
+func run(o options) error {
+	if _, err := exec.LookPath(o.wrk); err != nil && slices.Contains(o.only, "http") {
+		return fmt.Errorf("%s not found: install it with scripts/install-test-deps.sh (Debian package wrk)", o.wrk)
+	}
+	up, err := startHelper("http")
 	if err != nil {
 		return err
 	}
-	blobUp, err := startBlobUpstream(size)
+	defer up.stop()
+	blob, err := startHelper("blob", "-bytes", strconv.FormatInt(o.size, 10))
 	if err != nil {
 		return err
 	}
+	defer blob.stop()
+	httpRelay, err := startHelper("relay", "-to", up.addr)
+	if err != nil {
+		return err
+	}
+	defer httpRelay.stop()
+	blobRelay, err := startHelper("relay", "-to", blob.addr)
+	if err != nil {
+		return err
+	}
+	defer blobRelay.stop()
 	holdUp, held, err := startHoldUpstream()
 	if err != nil {
 		return err
 	}
-	np, err := startNetproxy(bin)
+	np, err := startNetproxy(o.bin)
 	if err != nil {
 		return err
 	}
 	defer np.stop()
 
-	fmt.Printf("netproxy load benchmark (GOMAXPROCS-visible CPUs: %d)\n\n", numCPU())
-
-	// 1. Plain HTTP, keep-alive, `conns` connections. Direct and proxied
-	// runs alternate in short rounds so both see the same machine load.
-	const rounds = 5
-	var direct, proxied httpResult
-	for i := 0; i < rounds; i++ {
-		d, err := loadHTTP("", fmt.Sprintf("127.0.0.1:%d", httpUp), "/", conns, dur/rounds)
-		if err != nil {
-			return fmt.Errorf("direct HTTP: %w", err)
+	fmt.Printf("netproxy load benchmark: %d CPUs, %s\n\n", numCPU(), loadAvg())
+	if slices.Contains(o.only, "http") {
+		if err := benchHTTP(o, up, httpRelay, np); err != nil {
+			return err
 		}
-		p, err := loadHTTP(np.httpAddr, fmt.Sprintf("up.test:%d", httpUp), "/", conns, dur/rounds)
-		if err != nil {
-			return fmt.Errorf("proxied HTTP: %w", err)
-		}
-		direct.add(d)
-		proxied.add(p)
 	}
-	direct.finish()
-	proxied.finish()
-	fmt.Printf("plain HTTP, %d keep-alive connections, %d alternating rounds of %s:\n", conns, rounds, dur/rounds)
-	fmt.Printf("  direct:  %9.0f req/s  p50 %-9s p99 %s\n", direct.rps, direct.p50, direct.p99)
-	fmt.Printf("  netproxy:%9.0f req/s  p50 %-9s p99 %s\n", proxied.rps, proxied.p50, proxied.p99)
-	fmt.Printf("  ratio:   %.1f %% of direct requests/s (target >= 70 %%)\n\n", 100*proxied.rps/direct.rps)
-
-	// 2. CONNECT tunnel throughput.
-	var bestDirect, bestProxied float64
-	for i := 0; i < 3; i++ {
-		d, err := transfer("", fmt.Sprintf("127.0.0.1:%d", blobUp), size)
-		if err != nil {
-			return fmt.Errorf("direct transfer: %w", err)
+	if slices.Contains(o.only, "tunnel") {
+		if err := benchTunnel(o, blob, blobRelay, np); err != nil {
+			return err
 		}
-		p, err := transfer(np.httpAddr, fmt.Sprintf("up.test:%d", blobUp), size)
+	}
+	if slices.Contains(o.only, "idle") {
+		_, upPort, _ := net.SplitHostPort(holdUp)
+		perTunnel, rssBefore, rssAfter, err := idleTunnels(np, "up.test:"+upPort, held, o.tunnels)
 		if err != nil {
-			return fmt.Errorf("tunneled transfer: %w", err)
+			return fmt.Errorf("idle tunnels: %w", err)
 		}
-		bestDirect, bestProxied = max(bestDirect, d), max(bestProxied, p)
+		fmt.Printf("idle CONNECT tunnels: %d\n", o.tunnels)
+		fmt.Printf("  netproxy RSS: %.1f MiB before, %.1f MiB with the tunnels open\n", float64(rssBefore)/(1<<20), float64(rssAfter)/(1<<20))
+		fmt.Printf("  memory per idle tunnel: %.1f KiB (target <= 20 KiB)\n", perTunnel/1024)
 	}
-	fmt.Printf("CONNECT tunnel, %d MiB transfer (best of 3, alternating):\n", size>>20)
-	fmt.Printf("  direct:   %8.0f MiB/s\n  netproxy: %8.0f MiB/s\n", bestDirect, bestProxied)
-	fmt.Printf("  ratio:    %.1f %% of direct throughput (target >= 90 %%)\n\n", 100*bestProxied/bestDirect)
-
-	// 3. Memory per idle tunnel.
-	perTunnel, rssBefore, rssAfter, err := idleTunnels(np, fmt.Sprintf("up.test:%d", holdUp), held, tunnels)
-	if err != nil {
-		return fmt.Errorf("idle tunnels: %w", err)
-	}
-	fmt.Printf("idle CONNECT tunnels: %d\n", tunnels)
-	fmt.Printf("  netproxy RSS: %.1f MiB before, %.1f MiB with the tunnels open\n", float64(rssBefore)/(1<<20), float64(rssAfter)/(1<<20))
-	fmt.Printf("  memory per idle tunnel: %.1f KiB (target <= 20 KiB)\n", perTunnel/1024)
 	return nil
 }
 
@@ -117,60 +132,210 @@ func numCPU() int {
 	return strings.Count(string(data), "processor\t:")
 }
 
-// ---------------------------------------------------------------------------
-// upstreams (in this process, loopback only)
-
-func startHTTPUpstream() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+func loadAvg() string {
+	data, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "load average unknown"
 	}
-	body := []byte("hello from the benchmark upstream\n")
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-		w.Write(body)
-	})}
-	go srv.Serve(ln)
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return "load average " + strings.Join(f[:3], " ")
 }
 
-// startBlobUpstream sends size bytes to every connection, then closes it.
-func startBlobUpstream(size int64) (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// ---------------------------------------------------------------------------
+// plain HTTP
+
+type httpTotals struct {
+	requests   int64
+	elapsed    time.Duration
+	p50s, p99s []time.Duration
+}
+
+func (t *httpTotals) add(r wrkRun) {
+	t.requests += r.requests
+	t.elapsed += r.elapsed
+	t.p50s = append(t.p50s, r.p50)
+	t.p99s = append(t.p99s, r.p99)
+}
+
+func (t *httpTotals) rps() float64 { return float64(t.requests) / t.elapsed.Seconds() }
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// benchHTTP runs wrk directly, through netproxy and through the null relay,
+// alternating within each round so all three see the same machine load,
+// first unpinned and then pinned.
+func benchHTTP(o options, up, relay *helper, np *netproxy) error {
+	dir, err := os.MkdirTemp("", "loadbench-wrk")
 	if err != nil {
-		return 0, err
+		return err
 	}
-	buf := make([]byte, 256<<10)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				for left := size; left > 0; {
-					n := int64(len(buf))
-					if n > left {
-						n = left
-					}
-					w, err := c.Write(buf[:n])
-					if err != nil {
-						return
-					}
-					left -= int64(w)
-				}
-			}()
+	defer os.RemoveAll(dir)
+	_, upPort, _ := net.SplitHostPort(up.addr)
+	host := "up.test:" + upPort
+	type target struct {
+		name, addr, script string
+	}
+	var targets []target
+	for _, t := range []struct{ name, addr, path string }{
+		{"direct", up.addr, "/"},
+		{"netproxy", np.httpAddr, "http://" + host + "/"},
+		{"null relay", relay.addr, "/"},
+	} {
+		script, err := wrkScript(dir, strings.ReplaceAll(t.name, " ", "-"), t.path, host)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, target{t.name, t.addr, script})
+	}
+	servers := []int{up.pid(), np.cmd.Process.Pid, relay.pid()}
+	layouts := []struct {
+		name      string
+		wrkCPUs   string
+		serverCPU []int
+	}{
+		{"unpinned (every process may use both CPUs)", "", nil},
+		{"pinned (wrk on CPU 0; upstream, netproxy and relay on CPU 1)", "0", []int{1}},
+	}
+	defer func() {
+		for _, pid := range servers {
+			pin(pid, nil)
 		}
 	}()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	for _, l := range layouts {
+		for _, pid := range servers {
+			if err := pin(pid, l.serverCPU); err != nil {
+				return err
+			}
+		}
+		settle()
+		// Warm-up: connections, pools and caches, not counted.
+		for _, t := range targets {
+			if _, err := runWrk(o.wrk, t.script, t.addr, o.conns, time.Second, l.wrkCPUs); err != nil {
+				return fmt.Errorf("%s warm-up: %w", t.name, err)
+			}
+		}
+		totals := make([]httpTotals, len(targets))
+		for r := 0; r < o.rounds; r++ {
+			for i, t := range targets {
+				res, err := runWrk(o.wrk, t.script, t.addr, o.conns, o.dur, l.wrkCPUs)
+				if err != nil {
+					return fmt.Errorf("%s: %w", t.name, err)
+				}
+				totals[i].add(res)
+			}
+		}
+		fmt.Printf("plain HTTP, %s\n  wrk -t1 -c%d, %d alternating rounds of %s each, %s\n", l.name, o.conns, o.rounds, o.dur, loadAvg())
+		fmt.Printf("  | path | requests/s | p50 | p99 | of direct |\n  |---|---:|---:|---:|---:|\n")
+		for i, t := range targets {
+			fmt.Printf("  | %s | %.0f | %s | %s | %.1f %% |\n", t.name, totals[i].rps(),
+				median(totals[i].p50s).Round(time.Microsecond), median(totals[i].p99s).Round(time.Microsecond),
+				100*totals[i].rps()/totals[0].rps())
+		}
+		fmt.Printf("  netproxy reaches %.1f %% of direct (target >= 70 %%) and %.1f %% of the null relay\n\n",
+			100*totals[1].rps()/totals[0].rps(), 100*totals[1].rps()/totals[2].rps())
+	}
+	return nil
 }
 
+// ---------------------------------------------------------------------------
+// tunnel throughput
+
+// benchTunnel moves o.size bytes from the blob sender to a splice-to-
+// /dev/null receiver: directly, through a netproxy CONNECT tunnel and
+// through the null relay; best of three alternating runs each.
+func benchTunnel(o options, blob, relay *helper, np *netproxy) error {
+	_, blobPort, _ := net.SplitHostPort(blob.addr)
+	best := make([]float64, 3)
+	for i := 0; i < 3; i++ {
+		runs := []func() (float64, error){
+			func() (float64, error) { return transfer(blob.addr, "", o.size) },
+			func() (float64, error) { return transfer(np.httpAddr, "up.test:"+blobPort, o.size) },
+			func() (float64, error) { return transfer(relay.addr, "", o.size) },
+		}
+		for j, f := range runs {
+			v, err := f()
+			if err != nil {
+				return fmt.Errorf("transfer %d: %w", j, err)
+			}
+			best[j] = max(best[j], v)
+		}
+	}
+	fmt.Printf("%d MiB transfer (sendfile sender, splice receiver; best of 3 alternating), %s\n", o.size>>20, loadAvg())
+	fmt.Printf("  | path | MiB/s | of direct |\n  |---|---:|---:|\n")
+	for i, name := range []string{"direct", "netproxy CONNECT", "null relay"} {
+		fmt.Printf("  | %s | %.0f | %.1f %% |\n", name, best[i], 100*best[i]/best[0])
+	}
+	fmt.Printf("  netproxy reaches %.1f %% of direct (target >= 90 %%) and %.1f %% of the null relay\n\n",
+		100*best[1]/best[0], 100*best[1]/best[2])
+	return nil
+}
+
+// transfer reads size bytes from addr (through a CONNECT to target when
+// target is set) and returns MiB/s. The receiver splices the socket into
+// /dev/null: it copies nothing to user space.
+func transfer(addr, target string, size int64) (float64, error) {
+	devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer devNull.Close()
+	start := time.Now()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	if target != "" {
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		head, err := readHead(c)
+		if err != nil {
+			return 0, err
+		}
+		if !bytes.HasPrefix(head, []byte("HTTP/1.1 200")) {
+			return 0, fmt.Errorf("CONNECT answered %q", head)
+		}
+	}
+	n, err := devNull.ReadFrom(c.(*net.TCPConn))
+	if err != nil {
+		return 0, err
+	}
+	if n != size {
+		return 0, fmt.Errorf("got %d bytes, want %d", n, size)
+	}
+	return float64(n) / (1 << 20) / time.Since(start).Seconds(), nil
+}
+
+// readHead reads a response head byte by byte, so no tunnel byte is left
+// in a buffer.
+func readHead(c net.Conn) ([]byte, error) {
+	var head []byte
+	var b [1]byte
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	for !bytes.HasSuffix(head, []byte("\r\n\r\n")) {
+		if len(head) > 4096 {
+			return nil, errors.New("response head too long")
+		}
+		if _, err := c.Read(b[:]); err != nil {
+			return nil, err
+		}
+		head = append(head, b[0])
+	}
+	return head, nil
+}
+
+// ---------------------------------------------------------------------------
+// idle tunnels
+
 // startHoldUpstream accepts and keeps connections open, sending nothing.
-func startHoldUpstream() (int, *heldConns, error) {
+func startHoldUpstream() (string, *heldConns, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, nil, err
+		return "", nil, err
 	}
 	h := &heldConns{}
 	go func() {
@@ -182,7 +347,7 @@ func startHoldUpstream() (int, *heldConns, error) {
 			h.add(c)
 		}
 	}()
-	return ln.Addr().(*net.TCPAddr).Port, h, nil
+	return ln.Addr().String(), h, nil
 }
 
 type heldConns struct {
@@ -305,143 +470,6 @@ func (n *netproxy) rss() (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmRSS")
-}
-
-// ---------------------------------------------------------------------------
-// measurements
-
-type httpResult struct {
-	rps      float64
-	p50, p99 time.Duration
-	lat      []time.Duration
-	elapsed  time.Duration
-}
-
-func (r *httpResult) add(o httpResult) {
-	r.lat = append(r.lat, o.lat...)
-	r.elapsed += o.elapsed
-}
-
-func (r *httpResult) finish() {
-	sort.Slice(r.lat, func(i, j int) bool { return r.lat[i] < r.lat[j] })
-	r.rps = float64(len(r.lat)) / r.elapsed.Seconds()
-	r.p50 = r.lat[len(r.lat)/2].Round(time.Microsecond)
-	r.p99 = r.lat[len(r.lat)*99/100].Round(time.Microsecond)
-}
-
-// loadHTTP runs conns keep-alive connections, each sending requests back
-// to back for dur. With proxy set, requests are absolute-form through it.
-func loadHTTP(proxy, target, path string, conns int, dur time.Duration) (httpResult, error) {
-	addr, reqLine := target, fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, target)
-	if proxy != "" {
-		addr = proxy
-		reqLine = fmt.Sprintf("GET http://%s%s HTTP/1.1\r\nHost: %s\r\n\r\n", target, path, target)
-	}
-	const warm = 200 * time.Millisecond // connections warm up, not counted
-	ctx, cancel := context.WithTimeout(context.Background(), dur+warm)
-	defer cancel()
-	warmEnd := time.Now().Add(warm)
-	var mu sync.Mutex
-	var lat []time.Duration
-	var firstErr error
-	var wg sync.WaitGroup
-	for i := 0; i < conns; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				mu.Lock()
-				firstErr = err
-				mu.Unlock()
-				return
-			}
-			defer c.Close()
-			br := bufio.NewReader(c)
-			local := make([]time.Duration, 0, 1<<16)
-			for ctx.Err() == nil {
-				start := time.Now()
-				if _, err := io.WriteString(c, reqLine); err != nil {
-					break
-				}
-				resp, err := http.ReadResponse(br, nil)
-				if err != nil {
-					break
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					mu.Lock()
-					firstErr = fmt.Errorf("status %d", resp.StatusCode)
-					mu.Unlock()
-					return
-				}
-				if start.After(warmEnd) {
-					local = append(local, time.Since(start))
-				}
-			}
-			mu.Lock()
-			lat = append(lat, local...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return httpResult{}, firstErr
-	}
-	if len(lat) == 0 {
-		return httpResult{}, fmt.Errorf("no requests completed")
-	}
-	return httpResult{lat: lat, elapsed: dur}, nil
-}
-
-// transfer reads size bytes from the blob upstream (through a CONNECT
-// tunnel when proxy is set) and returns MiB/s.
-func transfer(proxy, target string, size int64) (float64, error) {
-	addr := target
-	if proxy != "" {
-		addr = proxy
-	}
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	var r io.Reader = c
-	start := time.Now()
-	if proxy != "" {
-		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-		if err != nil {
-			return 0, err
-		}
-		if resp.StatusCode != 200 {
-			return 0, fmt.Errorf("CONNECT status %d", resp.StatusCode)
-		}
-		r = br
-	} else {
-		// The same target, dialed directly by its address.
-		host, port, _ := net.SplitHostPort(target)
-		_ = host
-		c.Close()
-		c, err = net.Dial("tcp", "127.0.0.1:"+port)
-		if err != nil {
-			return 0, err
-		}
-		defer c.Close()
-		r = c
-		start = time.Now()
-	}
-	buf := make([]byte, 256<<10)
-	n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, buf)
-	if err != nil {
-		return 0, err
-	}
-	if n != size {
-		return 0, fmt.Errorf("got %d bytes, want %d", n, size)
-	}
-	return float64(n) / (1 << 20) / time.Since(start).Seconds(), nil
 }
 
 // idleTunnels opens n CONNECT tunnels that carry nothing and reports the
