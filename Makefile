@@ -29,6 +29,9 @@ conformance:
 # Every test: install missing tools, lint, unit + end-to-end tests, conformance.
 test: deps lint unit conformance
 
+# The end-to-end load run (test/loadbench) needs wrk: installed when missing.
 bench: build
+	@command -v wrk >/dev/null 2>&1 || ./scripts/install-test-deps.sh
 	$(GO) test -run '^$$' -bench . -benchmem ./hostpolicy/... ./execcore/... ./approvalsvc/... ./metrics/... ./attribution/... ./internal/proxy/...
-	$(GO) run ./test/loadbench -netproxy bin/netproxy
+	$(GO) build -o bin/loadbench ./test/loadbench
+	./bin/loadbench -netproxy bin/netproxy

@@ -11,6 +11,7 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v wrk >/dev/null 2>&1 || need+=(wrk) # make bench: the HTTP load generator
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0

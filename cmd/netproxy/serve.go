@@ -24,11 +24,6 @@ import (
 // tunnels to finish before closing them.
 const shutdownGrace = 15 * time.Second
 
-// serveSetup is where services built on the server's registry and engine
-// (the approval service, the web UI) plug in; each appends a step here in
-// its own file's init so this file stays the one place that starts things.
-var serveSetup []func(s *server.Server) error
-
 // runServe is `netproxy serve [--config FILE]`.
 func runServe(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("netproxy serve", flag.ContinueOnError)
@@ -75,6 +70,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	defer closeAudit()
 
+	// Close ends pending reviews at shutdown so their requests are denied at
+	// once instead of waiting out the drain deadline.
+	closeApprovals := func() {}
+	defer func() { closeApprovals() }()
 	srv, err := server.New(cfg, server.Options{
 		Logger:  logger,
 		Metrics: meter,
@@ -82,12 +81,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		Setup: func(s *server.Server) error {
 			// execwrap reports its exec-policy decisions here (metrics + audit).
 			s.HandleControl(metrics.ExecDecisionPath, metrics.ExecDecisionHandler(meter, auditW))
-			for _, step := range serveSetup {
-				if err := step(s); err != nil {
-					return err
-				}
+			// The approval service is built on the server's registry and
+			// engine; the web UI relays its events, so it comes second.
+			approvals, err := setupApprovals(s)
+			if err != nil {
+				return err
 			}
-			return nil
+			closeApprovals = approvals.Close
+			return setupWebUI(s, approvals)
 		},
 	})
 	if err != nil {
@@ -124,6 +125,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		logger.Info("shutting down", "signal", s.String(), "grace", shutdownGrace.String())
+		closeApprovals()
 		return shutdown(srv, sig, logger)
 	}
 	return 0

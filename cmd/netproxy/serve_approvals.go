@@ -11,14 +11,12 @@ import (
 	"github.com/netproxy/netproxy/internal/server"
 )
 
-func init() { serveSetup = append(serveSetup, setupApprovals) }
-
 // setupApprovals builds the approval service on the server's registry and
 // engine and plugs it in: decider, control-socket exec approvals, admin API
 // and the blocked-request ring. With approvals disabled only the blocked
 // list and the (empty) approvals list are served, and POST /v1/approvals
 // denies.
-func setupApprovals(s *server.Server) error {
+func setupApprovals(s *server.Server) (*approvalsvc.Service, error) {
 	cfg := s.Config()
 	var rev guardian.Reviewer
 	if cfg.Approvals.Enabled && cfg.Approvals.Reviewer == approvalsvc.ReviewerGuardian {
@@ -28,7 +26,7 @@ func setupApprovals(s *server.Server) error {
 			baseDir = filepath.Dir(cfg.Path)
 		}
 		if rev, err = guardian.New(cfg.Guardian, baseDir, os.Getenv); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	var auditor approvalsvc.Auditor
@@ -54,7 +52,7 @@ func setupApprovals(s *server.Server) error {
 		SecretEnv:    []string{cfg.Admin.TokenEnv, cfg.Guardian.APIKeyEnv},
 	})
 	if err != nil {
-		return fmt.Errorf("approvals: %w", err)
+		return nil, fmt.Errorf("approvals: %w", err)
 	}
 	s.SetDecider(svc)
 	s.SetControlApprovals(svc.ControlHandler())
@@ -63,5 +61,5 @@ func setupApprovals(s *server.Server) error {
 	for _, p := range approvalsvc.APIPatterns {
 		s.Admin().HandleAPI(p, api)
 	}
-	return nil
+	return svc, nil
 }

@@ -4,8 +4,9 @@
 //   - plain-HTTP requests/s and p50/p99 latency with wrk (one thread, 64
 //     keep-alive connections) directly against the upstream, through
 //     netproxy, and through a null relay (a bare splice relay: the ceiling of
-//     any relay on this machine), unpinned and pinned (wrk on CPU 0; upstream,
-//     proxy and relay on CPU 1);
+//     any relay on this machine), unpinned and in two pinned layouts (wrk on
+//     CPU 0 with the upstream and the proxy sharing CPU 1; wrk and upstream
+//     sharing CPU 0 with the proxy alone on CPU 1);
 //   - the throughput of a 1 GiB transfer (sendfile sender, splice-to-/dev/null
 //     receiver) directly, through a netproxy CONNECT tunnel and through the
 //     null relay;
@@ -191,23 +192,29 @@ func benchHTTP(o options, up, relay *helper, np *netproxy) error {
 		}
 		targets = append(targets, target{t.name, t.addr, script})
 	}
-	servers := []int{up.pid(), np.cmd.Process.Pid, relay.pid()}
+	relays := []int{np.cmd.Process.Pid, relay.pid()}
 	layouts := []struct {
 		name      string
 		wrkCPUs   string
-		serverCPU []int
+		upCPUs    []int // the upstream's
+		relayCPUs []int // netproxy's and the null relay's
 	}{
-		{"unpinned (every process may use both CPUs)", "", nil},
-		{"pinned (wrk on CPU 0; upstream, netproxy and relay on CPU 1)", "0", []int{1}},
+		{"unpinned (every process may use both CPUs)", "", nil, nil},
+		{"pinned: wrk on CPU 0; upstream and netproxy (or the relay) share CPU 1", "0", []int{1}, []int{1}},
+		{"pinned: wrk and upstream share CPU 0; netproxy (or the relay) alone on CPU 1", "0", []int{0}, []int{1}},
 	}
 	defer func() {
-		for _, pid := range servers {
+		pin(up.pid(), nil)
+		for _, pid := range relays {
 			pin(pid, nil)
 		}
 	}()
 	for _, l := range layouts {
-		for _, pid := range servers {
-			if err := pin(pid, l.serverCPU); err != nil {
+		if err := pin(up.pid(), l.upCPUs); err != nil {
+			return err
+		}
+		for _, pid := range relays {
+			if err := pin(pid, l.relayCPUs); err != nil {
 				return err
 			}
 		}
