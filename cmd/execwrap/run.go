@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/netproxy/netproxy/execcore/approvalpolicy"
 	"io"
 	"os"
 	"os/signal"
@@ -88,7 +89,7 @@ type invocation struct {
 	Requirement        orchestrator.Requirement
 	ExecSource         string          // "prefix" | "heuristics": what decided (for netproxy's metrics)
 	RequirementJSON    json.RawMessage // execcore's requirement object, verbatim
-	Policy             orchestrator.Policy
+	Policy             approvalpolicy.Policy
 	Kind               sandbox.Kind
 	SandboxPermissions string
 	Justification      string

@@ -161,7 +161,7 @@ func (r *runner) register(ctx, evCtx context.Context) regOutcome {
 	defer rcancel()
 	reg, err := r.client.Register(rctx, attribution.ExecutionSpec{
 		SessionID: r.opts.session, EnvironmentID: r.opts.envID, TurnID: r.opts.turnID,
-		Command: r.inv.HandlerArgv, Cwd: r.inv.Cwd, ApprovalPolicy: r.inv.Policy.Name,
+		Command: r.inv.HandlerArgv, Cwd: r.inv.Cwd, ApprovalPolicy: r.inv.Policy.String(),
 	})
 	if err != nil {
 		return regOutcome{err: err}
@@ -299,7 +299,7 @@ func (a runApprover) Approve(ctx context.Context, q orchestrator.Question) (orch
 		Command: r.inv.ApprovalIdentity, Cwd: r.inv.Cwd, Reason: q.Reason,
 		Justification: r.inv.Justification, SandboxPermissions: r.inv.SandboxPermissions,
 		ProposedAmendment: r.inv.Requirement.ProposedAmendment,
-		ApprovalPolicy:    r.inv.Policy.Name,
+		ApprovalPolicy:    r.inv.Policy.String(),
 	}
 	ans, err := r.client.RequestApproval(ctx, req)
 	if err == nil {

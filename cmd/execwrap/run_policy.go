@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/netproxy/netproxy/execcore/approvalpolicy"
 	"io"
 
 	"github.com/netproxy/netproxy/execcore"
@@ -27,7 +28,7 @@ func evaluateInvocation(cf *checkFlags, ro runOptions, stdin io.Reader) (*invoca
 	if err != nil {
 		return nil, err
 	}
-	pol, err := orchestrator.ParsePolicy(cf.ApprovalPolicy)
+	pol, err := approvalpolicy.Parse(cf.ApprovalPolicy)
 	if err != nil {
 		return nil, err
 	}

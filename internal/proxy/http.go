@@ -709,7 +709,12 @@ func (w *respWriter) WriteHeader(code int) {
 	if text == "" {
 		text = "status code " + strconv.Itoa(code)
 	}
-	fmt.Fprintf(w.bw, "HTTP/1.1 %03d %s\r\n", code, text)
+	// "HTTP/1.1 %03d %s\r\n" without fmt's per-call cost.
+	var line [16]byte
+	w.bw.Write(strconv.AppendInt(append(line[:0], "HTTP/1.1 "...), int64(code), 10))
+	w.bw.WriteByte(' ')
+	w.bw.WriteString(text)
+	w.bw.WriteString("\r\n")
 	h.Write(w.bw)
 	w.bw.WriteString("\r\n")
 }
@@ -732,7 +737,8 @@ func (w *respWriter) Write(p []byte) (int, error) {
 		w.remaining -= int64(len(p))
 	}
 	if w.chunked {
-		fmt.Fprintf(w.bw, "%x\r\n", len(p))
+		var size [20]byte
+		w.bw.Write(append(strconv.AppendInt(size[:0], int64(len(p)), 16), '\r', '\n'))
 	}
 	n, err := w.bw.Write(p)
 	w.written += int64(n)

@@ -14,7 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"github.com/netproxy/netproxy/execcore/approvalpolicy"
 
 	"github.com/netproxy/netproxy/sandbox"
 )
@@ -34,46 +34,13 @@ const (
 	Forbidden     = "forbidden"
 )
 
-// Policy is the approval policy (never | on-request | untrusted | granular).
-type Policy struct {
-	Name            string
-	SandboxApproval bool // granular: may a sandbox denial be retried unsandboxed
-}
-
-// ParsePolicy reads "never", "on-request", "untrusted", "granular" or
-// "granular:sandbox_approval,rules".
-func ParsePolicy(s string) (Policy, error) {
-	name, flags, _ := strings.Cut(s, ":")
-	switch name {
-	case "never", "on-request", "untrusted":
-		if flags != "" {
-			return Policy{}, fmt.Errorf("approval policy %q takes no flags", s)
-		}
-		return Policy{Name: name}, nil
-	case "granular":
-		p := Policy{Name: name}
-		for f := range strings.SplitSeq(flags, ",") {
-			switch strings.TrimSpace(f) {
-			case "":
-			case "sandbox_approval":
-				p.SandboxApproval = true
-			case "rules":
-			default:
-				return Policy{}, fmt.Errorf("approval policy %q: unknown granular flag %q (want sandbox_approval, rules)", s, f)
-			}
-		}
-		return p, nil
-	}
-	return Policy{}, fmt.Errorf("approval policy %q: want never, on-request, untrusted or granular[:sandbox_approval,rules]", s)
-}
-
-// WantsNoSandboxApproval is the reference's gate for an escalated retry:
+// wantsNoSandboxApproval is the reference's gate for an escalated retry:
 // untrusted yes; granular its sandbox_approval flag; never and on-request no.
-func (p Policy) WantsNoSandboxApproval() bool {
-	switch p.Name {
-	case "untrusted":
+func wantsNoSandboxApproval(p approvalpolicy.Policy) bool {
+	switch p.Kind {
+	case approvalpolicy.Untrusted:
 		return true
-	case "granular":
+	case approvalpolicy.Granular:
 		return p.SandboxApproval
 	}
 	return false
@@ -125,7 +92,7 @@ type AttemptFunc func(ctx context.Context, sandboxed bool) (AttemptResult, error
 // Plan is one orchestrated run.
 type Plan struct {
 	Requirement        Requirement
-	Policy             Policy
+	Policy             approvalpolicy.Policy
 	SandboxPermissions string // use_default | require_escalated
 	Confining          bool   // the sandbox kind builds a sandbox
 	Approver           Approver
@@ -217,10 +184,10 @@ func Run(ctx context.Context, p Plan) (Outcome, error) {
 	if len(res.NetworkDenials) > 0 {
 		return out, nil
 	}
-	if !p.Policy.WantsNoSandboxApproval() {
+	if !wantsNoSandboxApproval(p.Policy) {
 		return out, nil
 	}
-	if !alreadyApproved && p.Policy.Name != "never" {
+	if !alreadyApproved && p.Policy.Kind != approvalpolicy.Never {
 		ans := ask(ctx, p.Approver, Question{Reason: RetryReason, Retry: true}, &out)
 		if !ans.Approved {
 			return out, nil

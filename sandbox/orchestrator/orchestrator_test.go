@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"github.com/netproxy/netproxy/execcore/approvalpolicy"
 	"testing"
 
 	"github.com/netproxy/netproxy/sandbox"
@@ -84,7 +85,7 @@ func TestOrchestrator(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			pol, err := ParsePolicy(c.policy)
+			pol, err := approvalpolicy.Parse(c.policy)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +123,7 @@ func TestOrchestrator(t *testing.T) {
 func TestRetryQuestion(t *testing.T) {
 	ap := &scripted{answers: []Answer{yes}}
 	att, _ := attempts(erofs, ok)
-	pol, _ := ParsePolicy("untrusted")
+	pol, _ := approvalpolicy.Parse("untrusted")
 	if _, err := Run(context.Background(), Plan{Requirement: Requirement{Kind: Skip}, Policy: pol, Confining: true, Approver: ap, Attempt: att}); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestRetryQuestion(t *testing.T) {
 func TestApproverErrorFailsClosed(t *testing.T) {
 	ap := &scripted{err: errors.New("no reviewer")}
 	att, ran := attempts(ok)
-	pol, _ := ParsePolicy("on-request")
+	pol, _ := approvalpolicy.Parse("on-request")
 	out, err := Run(context.Background(), Plan{Requirement: Requirement{Kind: NeedsApproval}, Policy: pol, Confining: true, Approver: ap, Attempt: att})
 	if err != nil {
 		t.Fatal(err)
@@ -144,19 +145,17 @@ func TestApproverErrorFailsClosed(t *testing.T) {
 	}
 }
 
-func TestParsePolicy(t *testing.T) {
-	for in, want := range map[string]Policy{
-		"never": {Name: "never"}, "on-request": {Name: "on-request"}, "untrusted": {Name: "untrusted"},
-		"granular": {Name: "granular"}, "granular:sandbox_approval,rules": {Name: "granular", SandboxApproval: true},
+func TestWantsNoSandboxApproval(t *testing.T) {
+	for in, want := range map[string]bool{
+		"never": false, "on-request": false, "untrusted": true,
+		"granular": false, "granular:rules": false, "granular:sandbox_approval,rules": true,
 	} {
-		got, err := ParsePolicy(in)
-		if err != nil || got != want {
-			t.Errorf("ParsePolicy(%q) = %+v, %v", in, got, err)
+		p, err := approvalpolicy.Parse(in)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	for _, bad := range []string{"", "always", "never:x", "granular:bogus"} {
-		if _, err := ParsePolicy(bad); err == nil {
-			t.Errorf("ParsePolicy(%q) accepted", bad)
+		if got := wantsNoSandboxApproval(p); got != want {
+			t.Errorf("wantsNoSandboxApproval(%q) = %v, want %v", in, got, want)
 		}
 	}
 }
