@@ -145,10 +145,65 @@ func loadAvg() string {
 // ---------------------------------------------------------------------------
 // plain HTTP
 
+// procSample is a process's CPU time and context switches (all threads).
+type procSample struct {
+	cpu      time.Duration
+	switches int64
+}
+
+func sample(pid int) procSample {
+	var s procSample
+	if pid == 0 {
+		return s
+	}
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, t := range tasks {
+		dir := fmt.Sprintf("/proc/%d/task/%s/", pid, t.Name())
+		if stat, err := os.ReadFile(dir + "stat"); err == nil {
+			// Fields after the parenthesised command: utime is the 12th, stime the 13th.
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 {
+				f := strings.Fields(string(stat[i+1:]))
+				if len(f) > 12 {
+					ut, _ := strconv.ParseInt(f[11], 10, 64)
+					st, _ := strconv.ParseInt(f[12], 10, 64)
+					s.cpu += time.Duration(ut+st) * (time.Second / clockTicks)
+				}
+			}
+		}
+		if status, err := os.ReadFile(dir + "status"); err == nil {
+			for _, line := range strings.Split(string(status), "\n") {
+				if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "voluntary_ctxt_switches") {
+					n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					s.switches += n
+				}
+			}
+		}
+	}
+	return s
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat times (100 on Linux).
+const clockTicks = 100
+
+func (s procSample) since(before procSample) procSample {
+	return procSample{cpu: s.cpu - before.cpu, switches: s.switches - before.switches}
+}
+
+func (s *procSample) add(o procSample) {
+	s.cpu += o.cpu
+	s.switches += o.switches
+}
+
+// cpuPer is the CPU time per request in µs.
+func (s procSample) cpuPer(requests int64) float64 {
+	return float64(s.cpu.Microseconds()) / float64(requests)
+}
+
 type httpTotals struct {
-	requests   int64
-	elapsed    time.Duration
-	p50s, p99s []time.Duration
+	upstream, proxy procSample
+	requests        int64
+	elapsed         time.Duration
+	p50s, p99s      []time.Duration
 }
 
 func (t *httpTotals) add(r wrkRun) {
@@ -179,18 +234,22 @@ func benchHTTP(o options, up, relay *helper, np *netproxy) error {
 	host := "up.test:" + upPort
 	type target struct {
 		name, addr, script string
+		proxyPID           int // the relaying process (0: none)
 	}
 	var targets []target
-	for _, t := range []struct{ name, addr, path string }{
-		{"direct", up.addr, "/"},
-		{"netproxy", np.httpAddr, "http://" + host + "/"},
-		{"null relay", relay.addr, "/"},
+	for _, t := range []struct {
+		name, addr, path string
+		pid              int
+	}{
+		{"direct", up.addr, "/", 0},
+		{"netproxy", np.httpAddr, "http://" + host + "/", np.cmd.Process.Pid},
+		{"null relay", relay.addr, "/", relay.pid()},
 	} {
 		script, err := wrkScript(dir, strings.ReplaceAll(t.name, " ", "-"), t.path, host)
 		if err != nil {
 			return err
 		}
-		targets = append(targets, target{t.name, t.addr, script})
+		targets = append(targets, target{t.name, t.addr, script, t.pid})
 	}
 	relays := []int{np.cmd.Process.Pid, relay.pid()}
 	layouts := []struct {
@@ -228,19 +287,29 @@ func benchHTTP(o options, up, relay *helper, np *netproxy) error {
 		totals := make([]httpTotals, len(targets))
 		for r := 0; r < o.rounds; r++ {
 			for i, t := range targets {
+				upBefore := sample(up.pid())
+				proxyBefore := sample(t.proxyPID)
 				res, err := runWrk(o.wrk, t.script, t.addr, o.conns, o.dur, l.wrkCPUs)
 				if err != nil {
 					return fmt.Errorf("%s: %w", t.name, err)
 				}
 				totals[i].add(res)
+				totals[i].upstream.add(sample(up.pid()).since(upBefore))
+				totals[i].proxy.add(sample(t.proxyPID).since(proxyBefore))
 			}
 		}
 		fmt.Printf("plain HTTP, %s\n  wrk -t1 -c%d, %d alternating rounds of %s each, %s\n", l.name, o.conns, o.rounds, o.dur, loadAvg())
-		fmt.Printf("  | path | requests/s | p50 | p99 | of direct |\n  |---|---:|---:|---:|---:|\n")
+		fmt.Printf("  | path | requests/s | p50 | p99 | of direct | upstream CPU/req | proxy CPU/req | proxy context switches/req |\n  |---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for i, t := range targets {
-			fmt.Printf("  | %s | %.0f | %s | %s | %.1f %% |\n", t.name, totals[i].rps(),
-				median(totals[i].p50s).Round(time.Microsecond), median(totals[i].p99s).Round(time.Microsecond),
-				100*totals[i].rps()/totals[0].rps())
+			tt := &totals[i]
+			proxyCPU, proxySwitches := "—", "—"
+			if t.proxyPID != 0 {
+				proxyCPU = fmt.Sprintf("%.1f µs", tt.proxy.cpuPer(tt.requests))
+				proxySwitches = fmt.Sprintf("%.2f", float64(tt.proxy.switches)/float64(tt.requests))
+			}
+			fmt.Printf("  | %s | %.0f | %s | %s | %.1f %% | %.1f µs | %s | %s |\n", t.name, tt.rps(),
+				median(tt.p50s).Round(time.Microsecond), median(tt.p99s).Round(time.Microsecond),
+				100*tt.rps()/totals[0].rps(), tt.upstream.cpuPer(tt.requests), proxyCPU, proxySwitches)
 		}
 		fmt.Printf("  netproxy reaches %.1f %% of direct (target >= 70 %%) and %.1f %% of the null relay\n\n",
 			100*totals[1].rps()/totals[0].rps(), 100*totals[1].rps()/totals[2].rps())
@@ -253,11 +322,12 @@ func benchHTTP(o options, up, relay *helper, np *netproxy) error {
 
 // benchTunnel moves o.size bytes from the blob sender to a splice-to-
 // /dev/null receiver: directly, through a netproxy CONNECT tunnel and
-// through the null relay; best of three alternating runs each.
+// through the null relay; best of five alternating runs each.
 func benchTunnel(o options, blob, relay *helper, np *netproxy) error {
 	_, blobPort, _ := net.SplitHostPort(blob.addr)
+	const tries = 5
 	best := make([]float64, 3)
-	for i := 0; i < 3; i++ {
+	for i := 0; i < tries; i++ {
 		runs := []func() (float64, error){
 			func() (float64, error) { return transfer(blob.addr, "", o.size) },
 			func() (float64, error) { return transfer(np.httpAddr, "up.test:"+blobPort, o.size) },
@@ -271,7 +341,7 @@ func benchTunnel(o options, blob, relay *helper, np *netproxy) error {
 			best[j] = max(best[j], v)
 		}
 	}
-	fmt.Printf("%d MiB transfer (sendfile sender, splice receiver; best of 3 alternating), %s\n", o.size>>20, loadAvg())
+	fmt.Printf("%d MiB transfer (sendfile sender, splice receiver; best of %d alternating), %s\n", o.size>>20, tries, loadAvg())
 	fmt.Printf("  | path | MiB/s | of direct |\n  |---|---:|---:|\n")
 	for i, name := range []string{"direct", "netproxy CONNECT", "null relay"} {
 		fmt.Printf("  | %s | %.0f | %.1f %% |\n", name, best[i], 100*best[i]/best[0])
