@@ -24,7 +24,7 @@ unit:
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 conformance:
-	@if [ -x $(CONFORMANCE) ]; then $(CONFORMANCE) . ; else echo "conformance suite not found at $(CONFORMANCE); skipping"; fi
+	@if [ -f $(CONFORMANCE) ]; then bash $(CONFORMANCE) . ; else echo "conformance suite not found at $(CONFORMANCE)"; fi
 
 # Every test: install missing tools, lint, unit + end-to-end tests, conformance.
 test: deps lint unit conformance
@@ -32,6 +32,7 @@ test: deps lint unit conformance
 # The end-to-end load run (test/loadbench) needs wrk: installed when missing.
 bench: build
 	@command -v wrk >/dev/null 2>&1 || ./scripts/install-test-deps.sh
-	$(GO) test -run '^$$' -bench . -benchmem ./hostpolicy/... ./execcore/... ./approvalsvc/... ./metrics/... ./attribution/... ./internal/proxy/...
+	$(GO) test -run '^$$' -bench . -benchmem ./hostpolicy/... ./execcore/... ./approvalsvc/... ./metrics/... ./attribution/... ./internal/proxy/... ./internal/webui/... ./cmd/execwrap/ ./sandbox/...
+	$(GO) test -run '^$$' -bench 'BareTrue|ExecwrapRunTrue|BwrapTrue' -benchtime 100x ./test/
 	$(GO) build -o bin/loadbench ./test/loadbench
 	./bin/loadbench -netproxy bin/netproxy

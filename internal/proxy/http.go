@@ -288,10 +288,17 @@ func isTimeout(err error) bool {
 }
 
 // writeSimple writes a text/plain response that closes the connection.
-func writeSimple(bw *bufio.Writer, status int, msg string) {
+func writeSimple(bw *bufio.Writer, status int, msg string) { writeSimpleFor(bw, "", status, msg) }
+
+// writeSimpleFor is writeSimple answering a request of the given method:
+// the answer to a HEAD has no body (RFC 9112 §6.3).
+func writeSimpleFor(bw *bufio.Writer, method string, status int, msg string) {
 	body := msg + "\n"
-	fmt.Fprintf(bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
-		status, http.StatusText(status), len(body), body)
+	fmt.Fprintf(bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
+		status, http.StatusText(status), len(body))
+	if method != http.MethodHead {
+		bw.WriteString(body)
+	}
 	bw.Flush()
 }
 
@@ -307,12 +314,12 @@ func (h *HTTPProxy) servePlain(ctx context.Context, pc *plainConn, c *Conn, bw *
 	switch {
 	case req.URL.IsAbs():
 		if !strings.EqualFold(req.URL.Scheme, "http") {
-			writeSimple(bw, http.StatusBadRequest, "unsupported scheme: use CONNECT for https")
+			writeSimpleFor(bw, req.Method, http.StatusBadRequest, "unsupported scheme: use CONNECT for https")
 			return false
 		}
 		authority = req.URL.Host
 		if hostHdr != "" && !sameAuthority(hostHdr, authority, 80) {
-			writeSimple(bw, http.StatusBadRequest, "Host header does not match request target")
+			writeSimpleFor(bw, req.Method, http.StatusBadRequest, "Host header does not match request target")
 			return false
 		}
 	default:
@@ -321,7 +328,7 @@ func (h *HTTPProxy) servePlain(ctx context.Context, pc *plainConn, c *Conn, bw *
 	}
 	host, port, ok := splitHostPort(authority, 80)
 	if !ok || host == "" {
-		writeSimple(bw, http.StatusBadRequest, "missing host")
+		writeSimpleFor(bw, req.Method, http.StatusBadRequest, "missing host")
 		return false
 	}
 	// Body-less requests to direct upstreams (the common case) take the
@@ -341,7 +348,7 @@ func (h *HTTPProxy) servePlain(ctx context.Context, pc *plainConn, c *Conn, bw *
 	d := h.core.decide(ctx, hreq)
 	if !d.Allowed() {
 		keep := !hasBody(req) && !req.Close
-		writeBlockedJSON(bw, d, keep)
+		writeBlockedJSON(bw, d, keep, req.Method == http.MethodHead)
 		return keep
 	}
 
@@ -405,7 +412,7 @@ func (h *HTTPProxy) serveFast(pc *plainConn, c *Conn, bw *bufio.Writer, req *htt
 	d := h.core.decide(ctx, h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method))
 	if !d.Allowed() {
 		keep := !req.Close
-		writeBlockedJSON(bw, d, keep)
+		writeBlockedJSON(bw, d, keep, req.Method == http.MethodHead)
 		return keep
 	}
 	req.URL.Scheme = "http"
@@ -502,8 +509,10 @@ type blockedBody struct {
 	Message  string `json:"message"`
 }
 
-// writeBlockedJSON writes the plain-HTTP block of SPEC §3.7.
-func writeBlockedJSON(bw *bufio.Writer, d hostpolicy.Decision, keep bool) {
+// writeBlockedJSON writes the plain-HTTP block of SPEC §3.7. The answer to
+// a HEAD carries the body's length but not the body: a keep-alive client
+// would read those bytes as the start of its next response.
+func writeBlockedJSON(bw *bufio.Writer, d hostpolicy.Decision, keep, head bool) {
 	verdict := string(d.Verdict)
 	if verdict != string(hostpolicy.Ask) {
 		verdict = string(hostpolicy.Deny)
@@ -518,7 +527,9 @@ func writeBlockedJSON(bw *bufio.Writer, d hostpolicy.Decision, keep bool) {
 	}
 	fmt.Fprintf(bw, "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nX-Proxy-Error: %s\r\nContent-Length: %d\r\nConnection: %s\r\n\r\n",
 		d.XProxyError(), len(body), conn)
-	bw.Write(body)
+	if !head {
+		bw.Write(body)
+	}
 	bw.Flush()
 }
 

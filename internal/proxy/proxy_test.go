@@ -58,6 +58,29 @@ func newBenchStack(b *testing.B) *stack {
 
 func newStack(t testing.TB, policyTOML string, limits Limits, parent string, decider ...hostpolicy.Decider) *stack {
 	t.Helper()
+	var d hostpolicy.Decider
+	if len(decider) > 0 {
+		d = decider[0]
+	}
+	return newStackWith(t, policyTOML, limits, stackParts{parent: parent, decider: d})
+}
+
+// stackParts are the optional parts of a test stack.
+type stackParts struct {
+	parent  string
+	decider hostpolicy.Decider
+	// resolver replaces the config's [dns] resolver (fuzz stacks must not
+	// send generated names to a real DNS server).
+	resolver hostpolicy.Resolver
+	// allowLocal replaces the dialer's allow_local_binding source; every
+	// dial attempt consults it first, so a test can watch the attempts.
+	allowLocal func() bool
+	// sink, when set, sees every decision as well.
+	sink observe.DecisionSink
+}
+
+func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackParts) *stack {
+	t.Helper()
 	cfg, err := config.Parse([]byte(policyTOML), "test.toml")
 	if err != nil {
 		t.Fatal(err)
@@ -66,21 +89,27 @@ func newStack(t testing.TB, policyTOML string, limits Limits, parent string, dec
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := hostpolicy.NewResolverFromConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
+	res := parts.resolver
+	if res == nil {
+		if res, err = hostpolicy.NewResolverFromConfig(cfg); err != nil {
+			t.Fatal(err)
+		}
 	}
-	var d hostpolicy.Decider
-	if len(decider) > 0 {
-		d = decider[0]
+	eng := hostpolicy.NewEngine(pol, res, cfg.Network.Mode, parts.decider)
+	allowLocal := parts.allowLocal
+	if allowLocal == nil {
+		allowLocal = eng.AllowLocalBinding
 	}
-	eng := hostpolicy.NewEngine(pol, res, cfg.Network.Mode, d)
 	s := &stack{tracker: NewTracker(100, nil), registry: attribution.NewRegistry()}
+	var sink observe.DecisionSink = s
+	if parts.sink != nil {
+		sink = observe.Fanout{s, parts.sink}
+	}
 	core := &Core{
 		Engine:     eng,
-		Dialer:     &Dialer{ConnectTimeout: 2 * time.Second, Parent: parent, AllowLocalBinding: eng.AllowLocalBinding, Resolver: eng.Resolver()},
+		Dialer:     &Dialer{ConnectTimeout: 2 * time.Second, Parent: parts.parent, AllowLocalBinding: allowLocal, Resolver: eng.Resolver()},
 		Executions: s.registry,
-		Sink:       s,
+		Sink:       sink,
 		Tracker:    s.tracker,
 		Limits:     limits,
 	}
