@@ -51,7 +51,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	meter := metrics.New(cfg.Metrics.MaxHostLabels)
 
-	var sinks observe.Fanout
+	// One log line per blocked request (allowed ones at debug level).
+	sinks := observe.Fanout{logging.DecisionLog{Logger: logger}}
 	var auditW *audit.Writer
 	if cfg.Audit.Path != "" {
 		auditW, err = audit.Open(cfg.Audit.Path, cfg.Audit.BufferSize, logger, audit.WithDropCounter(meter.AuditDropped))

@@ -53,17 +53,17 @@ func ParseLevel(s string) (slog.Level, error) {
 	}
 }
 
-// BlockedSink is an observe.DecisionSink that logs one line per blocked
+// DecisionLog is the observe.DecisionSink that logs one line per blocked
 // request at info level (allowed requests at debug level).
-type BlockedSink struct {
+type DecisionLog struct {
 	Logger *slog.Logger
 }
 
-var _ observe.DecisionSink = BlockedSink{}
+var _ observe.DecisionSink = DecisionLog{}
 
 // ObserveDecision logs the decision. Only fields that cannot hold a secret
 // are written (see the package comment).
-func (s BlockedSink) ObserveDecision(e observe.DecisionEvent) {
+func (s DecisionLog) ObserveDecision(e observe.DecisionEvent) {
 	if s.Logger == nil {
 		return
 	}

@@ -42,10 +42,10 @@ func TestNewFormatsAndLevels(t *testing.T) {
 	}
 }
 
-func TestBlockedSinkOneLinePerBlockWithoutSecrets(t *testing.T) {
+func TestDecisionLogOneLinePerBlockWithoutSecrets(t *testing.T) {
 	const secret = "s3cr3t"
 	var buf bytes.Buffer
-	sink := BlockedSink{Logger: slog.New(slog.NewJSONHandler(&buf, nil))}
+	sink := DecisionLog{Logger: slog.New(slog.NewJSONHandler(&buf, nil))}
 	var _ observe.DecisionSink = sink
 	blocked := observe.DecisionEvent{
 		Request: hostpolicy.Request{Host: "Evil.test?x=" + secret, Port: 80, Protocol: hostpolicy.ProtoHTTP,
@@ -70,5 +70,5 @@ func TestBlockedSinkOneLinePerBlockWithoutSecrets(t *testing.T) {
 			t.Errorf("%s = %v, want %v", k, m[k], v)
 		}
 	}
-	BlockedSink{}.ObserveDecision(blocked) // nil logger: no panic
+	DecisionLog{}.ObserveDecision(blocked) // nil logger: no panic
 }

@@ -99,11 +99,7 @@ func (c *Core) decide(ctx context.Context, req hostpolicy.Request) hostpolicy.De
 	if c.Sink != nil {
 		c.Sink.ObserveDecision(observe.DecisionEvent{Time: start, Request: req, Decision: d, Elapsed: elapsed})
 	}
-	if !d.Allowed() {
-		c.logger().Info("request blocked", "protocol", string(req.Protocol), "host", d.Host, "port", d.Port,
-			"reason", string(d.Reason), "source", string(d.Source), "decision", string(d.Verdict),
-			"client", req.Client, "execution_id", req.ExecutionID)
-	}
+	// Logging the decision is a sink's job too (logging.DecisionLog).
 	return d
 }
 
