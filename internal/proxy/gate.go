@@ -391,3 +391,22 @@ func (g *Gate) Wait() { g.wg.Wait() }
 
 // Addr is the listener's address.
 func (g *Gate) Addr() net.Addr { return g.ln.Addr() }
+
+// serveAdmitted hands each connection g admits to serve on its own
+// goroutine, tracked by wg, until g is closed (then it returns nil).
+func serveAdmitted(ctx context.Context, g *Gate, wg *sync.WaitGroup, serve func(context.Context, *Conn)) error {
+	for {
+		c, err := g.AcceptConn()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			serve(ctx, c)
+		}()
+	}
+}

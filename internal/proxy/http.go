@@ -109,20 +109,7 @@ func textResponse(req *http.Request, status int, body string) *http.Response {
 
 // Serve accepts admitted connections from g until it is closed.
 func (h *HTTPProxy) Serve(ctx context.Context, g *Gate) error {
-	for {
-		c, err := g.AcceptConn()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return err
-		}
-		h.wg.Add(1)
-		go func() {
-			defer h.wg.Done()
-			h.ServeConn(ctx, c)
-		}()
-	}
+	return serveAdmitted(ctx, g, &h.wg, h.ServeConn)
 }
 
 // Wait blocks until every connection handler returned.

@@ -44,20 +44,7 @@ func NewSOCKS(core *Core) *SOCKSProxy {
 
 // Serve accepts admitted connections from g until it is closed.
 func (s *SOCKSProxy) Serve(ctx context.Context, g *Gate) error {
-	for {
-		c, err := g.AcceptConn()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return err
-		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.ServeConn(ctx, c)
-		}()
-	}
+	return serveAdmitted(ctx, g, &s.wg, s.ServeConn)
 }
 
 // Wait blocks until every connection handler returned.
