@@ -1,7 +1,7 @@
 // Package hostpolicy owns the deterministic network decision chain of SPEC §3:
 // host normalisation, pattern matching, the non-public address classifier,
-// resolution with pinning, and the ordered evaluation deny → local guard →
-// allow → mode guard → decider.
+// resolution with pinning, and the ordered evaluation proxy state
+// (network.enabled) → deny → local guard → allow → mode guard → decider.
 //
 // It must never dial, never log a request's query string or headers, and never
 // let a decider override a decision other than not_allowed.

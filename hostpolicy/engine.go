@@ -57,7 +57,9 @@ func NewEngine(p *Policy, r Resolver, mode string, d Decider) *Engine {
 
 func orEmpty(p *Policy) *Policy {
 	if p == nil {
-		return &Policy{allow: newMatcherBuilder().build(), deny: newMatcherBuilder().build()}
+		// Empty lists already block everything; enabled so that the empty
+		// policy reports the list reasons, not proxy_disabled.
+		return &Policy{allow: newMatcherBuilder().build(), deny: newMatcherBuilder().build(), enabled: true}
 	}
 	return p
 }
@@ -122,10 +124,14 @@ func amended(set map[string]struct{}, hosts ...string) (string, bool) {
 }
 
 // Evaluate runs the whole chain for req and returns the final decision:
-// normalise → deny list → local/private guard → allow list → mode guard, and
-// the decider only for not_allowed. It never dials.
+// proxy state (network.enabled) → normalise → deny list → local/private
+// guard → allow list → mode guard, and the decider only for not_allowed.
+// It never dials.
 func (e *Engine) Evaluate(ctx context.Context, req Request) Decision {
 	st := e.state.Load()
+	if !st.policy.enabled {
+		return disabledDecision(req)
+	}
 	d := e.hostDecision(ctx, st.policy, req)
 	switch {
 	case d.Verdict == Allow:
@@ -135,15 +141,44 @@ func (e *Engine) Evaluate(ctx context.Context, req Request) Decision {
 		// The decider keys its caches on the canonical host.
 		req.Host = d.Host
 		out := e.decider.Decide(ctx, req, base)
+		if !e.state.Load().policy.enabled {
+			// The kill switch was thrown while a reviewer was thinking: no
+			// approval outlives it.
+			return disabledDecision(req)
+		}
 		return e.mergeDecider(st.mode, req, base, out)
 	}
 	return d
 }
 
 // EvaluateHost runs only the host chain of SPEC §3.4 (no mode guard, no
-// decider) — for re-checks such as MITM inner requests.
+// decider) — for re-checks such as MITM inner requests. The kill switch
+// applies here too.
 func (e *Engine) EvaluateHost(ctx context.Context, req Request) Decision {
-	return e.hostDecision(ctx, e.state.Load().policy, req)
+	p := e.state.Load().policy
+	if !p.enabled {
+		return disabledDecision(req)
+	}
+	return e.hostDecision(ctx, p, req)
+}
+
+// Enabled reports the current network.enabled.
+func (e *Engine) Enabled() bool { return e.state.Load().policy.enabled }
+
+// disabledDecision is the block of a proxy whose network.enabled is false
+// (SPEC §3.6 proxy_disabled, source proxy_state). It comes before every
+// other step, so nothing is looked up and no decider is asked; the host is
+// normalised only so that audit and metrics name it canonically.
+func disabledDecision(req Request) Decision {
+	d := Decision{Verdict: Deny, Reason: ReasonProxyDisabled, Source: SourceProxyState, Port: req.Port}
+	if h, err := Normalize(req.Host); err == nil {
+		d.Host = h
+	}
+	// SPEC §7.1 has four step names; the proxy's operating state is the
+	// "mode" step (network.mode and network.enabled both say how the proxy
+	// runs, not what the host is).
+	d.Steps = []Step{{Step: "mode", Result: "block", Detail: "network.enabled = false"}}
+	return d
 }
 
 // mergeDecider keeps what the chain established (host, pinned addresses,

@@ -417,7 +417,7 @@ func TestMessages(t *testing.T) {
 		ReasonMITMRequired:     {"MITM required for limited HTTPS.", "blocked-by-mitm-required"},
 		ReasonMITMHookDenied:   {"Request blocked by network policy.", "blocked-by-mitm-hook"},
 		ReasonPolicyDenied:     {"Request blocked by network policy.", "blocked-by-policy"},
-		ReasonProxyDisabled:    {"Request blocked by network policy.", "blocked-by-policy"},
+		ReasonProxyDisabled:    {"network proxy is disabled", "blocked-by-policy"},
 	} {
 		d := Decision{Verdict: Deny, Reason: r}
 		if d.Message() != want[0] || d.XProxyError() != want[1] {

@@ -1,5 +1,8 @@
 package hostpolicy
 
+// DisabledMessage is what a client is told while network.enabled is false.
+const DisabledMessage = "network proxy is disabled"
+
 // Message is the client-facing text of a blocked decision (SPEC §3.7).
 func (d Decision) Message() string {
 	switch d.Reason {
@@ -13,6 +16,10 @@ func (d Decision) Message() string {
 		return "Method not allowed in limited mode."
 	case ReasonMITMRequired:
 		return "MITM required for limited HTTPS."
+	case ReasonProxyDisabled:
+		// Never a 403 body: it is the body of the 503 a disabled proxy
+		// answers (SPEC §3.7; the reference's text, §4.3).
+		return DisabledMessage
 	}
 	return "Request blocked by network policy."
 }

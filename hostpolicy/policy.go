@@ -29,7 +29,14 @@ type Policy struct {
 	allow, deny       *matcher
 	allowLocalBinding bool
 	mode              string
+	// enabled is network.enabled, the operator's kill switch. The zero
+	// value is off: a Policy not built by Compile blocks everything.
+	enabled bool
 }
+
+// Enabled reports network.enabled: false means every request is blocked
+// with proxy_disabled (source proxy_state) before any other step.
+func (p *Policy) Enabled() bool { return p.enabled }
 
 // PatternCounts returns how many patterns each list holds.
 func (p *Policy) PatternCounts() (allow, deny int) { return p.allow.count, p.deny.count }
@@ -100,6 +107,7 @@ func Compile(cfg *config.Config, extra ...Entry) (*Policy, error) {
 		deny:              b.deny.build(),
 		allowLocalBinding: cfg.Network.AllowLocalBinding,
 		mode:              cfg.Network.Mode,
+		enabled:           cfg.Network.Enabled,
 	}, nil
 }
 

@@ -96,6 +96,9 @@ var commonDecisions = [][3]string{
 	{"deny", "not_allowed_local", "baseline_policy"},
 	{"deny", "not_allowed", "decider"},
 	{"ask", "not_allowed", "decider"},
+	// The kill switch (network.enabled = false): an alert on its rate must
+	// see the first minute after the switch is thrown.
+	{"deny", "proxy_disabled", "proxy_state"},
 }
 
 // New builds the metrics on a fresh registry. maxHostLabels bounds the number

@@ -141,6 +141,30 @@ func TestObserveDecisionLabels(t *testing.T) {
 	}
 }
 
+// The kill switch's reason and source are known label values: they keep
+// their names, never "other".
+func TestProxyDisabledLabels(t *testing.T) {
+	m := New(10)
+	for _, p := range []hostpolicy.Protocol{hostpolicy.ProtoHTTP, hostpolicy.ProtoHTTPS, hostpolicy.ProtoSOCKS5} {
+		m.ObserveDecision(observe.DecisionEvent{
+			Request:  hostpolicy.Request{Host: "up.test", Port: 443, Protocol: p},
+			Decision: hostpolicy.Decision{Verdict: hostpolicy.Deny, Reason: hostpolicy.ReasonProxyDisabled, Source: hostpolicy.SourceProxyState, Host: "up.test", Port: 443},
+		})
+		if v := testutil.ToFloat64(m.requests.WithLabelValues(string(p), "deny", "proxy_disabled", "proxy_state")); v != 1 {
+			t.Errorf("requests_total{%s,deny,proxy_disabled,proxy_state} = %v, want 1", p, v)
+		}
+	}
+	if v := testutil.ToFloat64(m.requests.WithLabelValues("http", "deny", OtherLabel, "proxy_state")); v != 0 {
+		t.Errorf("proxy_disabled clamped to other: %v", v)
+	}
+	if v := testutil.ToFloat64(m.requests.WithLabelValues("http", "deny", "proxy_disabled", OtherLabel)); v != 0 {
+		t.Errorf("proxy_state clamped to other: %v", v)
+	}
+	if v := testutil.ToFloat64(m.deniedHosts.WithLabelValues("up.test")); v != 3 {
+		t.Errorf("denied_hosts_total{up.test} = %v, want 3", v)
+	}
+}
+
 func TestUnknownLabelValuesAreClamped(t *testing.T) {
 	m := New(10)
 	for i := 0; i < 50; i++ {
@@ -329,6 +353,7 @@ func TestCommonSeriesExistBeforeTheFirstEvent(t *testing.T) {
 		`netproxy_requests_total{decision="deny",protocol="http",reason="denied",source="baseline_policy"} 0`,
 		`netproxy_requests_total{decision="allow",protocol="socks5-tcp",reason="none",source="baseline_policy"} 0`,
 		`netproxy_requests_total{decision="ask",protocol="https",reason="not_allowed",source="decider"} 0`,
+		`netproxy_requests_total{decision="deny",protocol="http",reason="proxy_disabled",source="proxy_state"} 0`,
 		`netproxy_denied_hosts_total{host="other"} 0`,
 		`netproxy_approvals_total{kind="network",outcome="allow_once",reviewer="user"} 0`,
 		`netproxy_exec_decisions_total{requirement="forbidden",source="prefix"} 0`,

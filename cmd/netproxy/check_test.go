@@ -146,3 +146,38 @@ func fillCheckConfig(format string, a ...any) string {
 	}
 	return r
 }
+
+// With network.enabled = false `netproxy check` reports the kill switch:
+// exit 10, deny/proxy_disabled/proxy_state, one "mode" step — even for a
+// host the allow list names and with approvals on (nothing may ask).
+func TestCheckDisabledProxy(t *testing.T) {
+	disabled := writeCheckConfig(t, strings.Replace(fillCheckConfig(checkConfig, "true", "on-request"),
+		"[network]\n", "[network]\nenabled = false\n", 1))
+	for _, target := range []string{"ok.test", "unknown.test", "bad.test", "127.0.0.1:8080"} {
+		for _, proto := range []string{"http", "https", "socks5"} {
+			code, stdout, stderr := runNetproxyCLI("check", "--config", disabled, "--json", "--protocol", proto, target)
+			if code != 10 {
+				t.Errorf("%s %s: exit %d, want 10 (%s)", proto, target, code, stderr)
+				continue
+			}
+			var out struct {
+				Host, Decision, Reason, Source string
+				Resolved                       []string
+				Steps                          []struct{ Step, Result, Detail string }
+			}
+			if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+				t.Fatalf("%s: not JSON: %v\n%s", target, err, stdout)
+			}
+			if out.Decision != "deny" || out.Reason != "proxy_disabled" || out.Source != "proxy_state" || len(out.Resolved) != 0 {
+				t.Errorf("%s %s: %+v", proto, target, out)
+			}
+			if len(out.Steps) != 1 || out.Steps[0].Step != "mode" || out.Steps[0].Result != "block" || out.Steps[0].Detail != "network.enabled = false" {
+				t.Errorf("%s %s: steps %+v", proto, target, out.Steps)
+			}
+		}
+	}
+	code, stdout, _ := runNetproxyCLI("check", "--config", disabled, "ok.test")
+	if code != 10 || !strings.Contains(stdout, "mode") || !strings.Contains(stdout, "network proxy is disabled") {
+		t.Errorf("human output: %d\n%s", code, stdout)
+	}
+}

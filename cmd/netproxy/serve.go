@@ -111,6 +111,11 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "netproxy: no token in $%s; generated one for this run (it is in the approvals page link)\n", cfg.Admin.TokenEnv)
 	}
 	logger.Info("netproxy serving", "http", a.HTTP, "socks5", a.SOCKS5, "admin", a.Admin, "control", a.Control)
+	if !srv.Engine().Enabled() {
+		// The listeners are bound so that a reload can turn egress back on.
+		fmt.Fprintln(stdout, "netproxy: network.enabled = false: every request is refused (503, SOCKS5 0x02) until a reload sets it to true")
+		logger.Warn("network.enabled = false: every request is refused with proxy_disabled")
+	}
 
 	sig := make(chan os.Signal, 4)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

@@ -39,6 +39,10 @@ type Control struct {
 }
 
 type Network struct {
+	// Enabled is the operator's kill switch: when false every request is
+	// blocked with proxy_disabled (source proxy_state) while the listeners
+	// stay bound, so a reload can turn egress off and on again.
+	Enabled           bool              `toml:"enabled"`
 	Mode              string            `toml:"mode"` // "full" | "limited"
 	AllowLocalBinding bool              `toml:"allow_local_binding"`
 	Domains           map[string]string `toml:"domains"` // pattern → "allow" | "deny"

@@ -28,7 +28,7 @@ func TestDefaultMatchesSpec(t *testing.T) {
 	if c.Control.Socket != "/srv/np/control.sock" || c.Audit.Path != "/srv/np/audit.jsonl" {
 		t.Errorf("home paths: %q %q", c.Control.Socket, c.Audit.Path)
 	}
-	if c.Network.Mode != "full" || c.Network.AllowLocalBinding || len(c.Network.Domains) != 0 || len(c.Network.DomainFiles) != 0 {
+	if !c.Network.Enabled || c.Network.Mode != "full" || c.Network.AllowLocalBinding || len(c.Network.Domains) != 0 || len(c.Network.DomainFiles) != 0 {
 		t.Errorf("network defaults: %+v", c.Network)
 	}
 	if !c.Approvals.Enabled || c.Approvals.Reviewer != "user" || c.Approvals.Policy != "on-request" || c.Approvals.Timeout.Duration != 120*time.Second {
@@ -120,6 +120,8 @@ func TestErrorsNameKeysAndLines(t *testing.T) {
 		{"hook command", "[[approvals.hooks]]\ncommand = []\n", []string{"approvals.hooks[0].command"}},
 		{"log level", "[log]\nlevel = \"loud\"\n", []string{"log.level"}},
 		{"upstream proxy", "[network]\nupstream_proxy = \"socks5://x:1\"\n", []string{"network.upstream_proxy"}},
+		{"enabled type", "[network]\nenabled = \"no\"\n", []string{"np.toml:2", "network.enabled", "boolean"}},
+		{"enabled number", "[network]\nmode = \"full\"\nenabled = 0\n", []string{"np.toml:3", "network.enabled", "boolean"}},
 	}
 	for _, c := range cases {
 		p := write(t, "np.toml", c.body)
@@ -141,6 +143,38 @@ func TestErrorsNameKeysAndLines(t *testing.T) {
 		if _, err := Load(p); err == nil {
 			t.Errorf("%s: Load accepted what Validate rejected", c.name)
 		}
+	}
+}
+
+// network.enabled is the kill switch: on unless a file turns it off, and a
+// file that sets only other [network] keys keeps it on.
+func TestNetworkEnabled(t *testing.T) {
+	for _, c := range []struct {
+		name, body string
+		want       bool
+	}{
+		{"absent", "[network]\nmode = \"limited\"\n", true},
+		{"no network table", "[dns]\ntimeout = \"1s\"\n", true},
+		{"explicit true", "[network]\nenabled = true\n", true},
+		{"off", "[network]\nenabled = false\n[network.domains]\n\"a.test\" = \"allow\"\n", false},
+	} {
+		c := c
+		t.Run(c.name, func(t *testing.T) {
+			p := write(t, "np.toml", c.body)
+			if errs := Validate(p); len(errs) != 0 {
+				t.Fatalf("Validate: %v", errs)
+			}
+			cfg, err := Load(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Network.Enabled != c.want {
+				t.Fatalf("network.enabled = %v, want %v", cfg.Network.Enabled, c.want)
+			}
+		})
+	}
+	if !Default().Network.Enabled {
+		t.Fatal("embedded default: network.enabled must be true")
 	}
 }
 

@@ -136,6 +136,24 @@ func (t *Tracker) Open() int {
 	return int(t.pending)
 }
 
+// CloseAll closes every admitted connection — keep-alive, busy and
+// tunnelled alike — and returns how many it closed; the listeners keep
+// accepting. The kill switch (network.enabled = false) uses it to end the
+// egress already under way: every new request is refused by the chain, but
+// an open tunnel never asks the chain again.
+func (t *Tracker) CloseAll() int {
+	t.mu.Lock()
+	all := make([]*Conn, 0, len(t.conns))
+	for c := range t.conns {
+		all = append(all, c)
+	}
+	t.mu.Unlock()
+	for _, c := range all {
+		c.Close()
+	}
+	return len(all)
+}
+
 // Shutdown refuses new connections, closes idle ones, waits for busy ones
 // until ctx is done and then closes whatever is left.
 func (t *Tracker) Shutdown(ctx context.Context) error {

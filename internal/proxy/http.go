@@ -500,6 +500,10 @@ type blockedBody struct {
 // a HEAD carries the body's length but not the body: a keep-alive client
 // would read those bytes as the start of its next response.
 func writeBlockedJSON(bw *bufio.Writer, d hostpolicy.Decision, keep, head bool) {
+	if d.Reason == hostpolicy.ReasonProxyDisabled {
+		writeDisabled(bw, d, keep, head)
+		return
+	}
 	verdict := string(d.Verdict)
 	if verdict != string(hostpolicy.Ask) {
 		verdict = string(hostpolicy.Deny)
@@ -520,8 +524,31 @@ func writeBlockedJSON(bw *bufio.Writer, d hostpolicy.Decision, keep, head bool) 
 	bw.Flush()
 }
 
+// writeDisabled writes the 503 of SPEC §3.7 "when the proxy is disabled",
+// for plain HTTP and CONNECT alike: text/plain, the reference's body, and
+// x-proxy-error blocked-by-policy (SPEC's mapping for every other reason),
+// so a client can tell the proxy's refusal from an upstream's own 503.
+// The answer to a HEAD carries the body's length but not the body.
+func writeDisabled(bw *bufio.Writer, d hostpolicy.Decision, keep, head bool) {
+	body := d.Message()
+	conn := "keep-alive"
+	if !keep {
+		conn = "close"
+	}
+	fmt.Fprintf(bw, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nX-Proxy-Error: %s\r\nContent-Length: %d\r\nConnection: %s\r\n\r\n",
+		d.XProxyError(), len(body), conn)
+	if !head {
+		bw.WriteString(body)
+	}
+	bw.Flush()
+}
+
 // writeBlockedText writes the CONNECT block of SPEC §3.7.
 func writeBlockedText(bw *bufio.Writer, d hostpolicy.Decision) {
+	if d.Reason == hostpolicy.ReasonProxyDisabled {
+		writeDisabled(bw, d, false, false)
+		return
+	}
 	body := d.Message()
 	fmt.Fprintf(bw, "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain; charset=utf-8\r\nX-Proxy-Error: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		d.XProxyError(), len(body), body)

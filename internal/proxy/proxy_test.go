@@ -32,6 +32,7 @@ type stack struct {
 	socksP              *SOCKSProxy
 	gates               []*Gate
 	registry            *attribution.Registry
+	engine              *hostpolicy.Engine
 	decisions           atomic.Int64
 	cancel              context.CancelFunc
 }
@@ -100,7 +101,7 @@ func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackPar
 	if allowLocal == nil {
 		allowLocal = eng.AllowLocalBinding
 	}
-	s := &stack{tracker: NewTracker(100, nil), registry: attribution.NewRegistry()}
+	s := &stack{tracker: NewTracker(100, nil), registry: attribution.NewRegistry(), engine: eng}
 	var sink observe.DecisionSink = s
 	if parts.sink != nil {
 		sink = observe.Fanout{s, parts.sink}

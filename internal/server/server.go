@@ -525,9 +525,19 @@ func (s *Server) reload() error {
 	if err != nil {
 		return err
 	}
+	wasEnabled := s.engine.Enabled()
 	s.engine.Swap(pol, cfg.Network.Mode)
 	s.required.Store(cfg.Attribution.Required)
 	s.recordPatterns(pol)
+	switch {
+	case wasEnabled && !pol.Enabled():
+		// The kill switch: new requests are refused from the Swap on; the
+		// connections already open (tunnels above all) are cut here.
+		n := s.tracker.CloseAll()
+		s.logger.Warn("network.enabled = false: every request is now refused with proxy_disabled; closed the open proxy connections", "closed", n)
+	case !wasEnabled && pol.Enabled():
+		s.logger.Warn("network.enabled = true: the proxy serves requests again")
+	}
 	return nil
 }
 
