@@ -69,6 +69,7 @@ func newRig(t testing.TB, opts ...rigOpt) *rig {
 
 func testPolicyConfig(domains map[string]string) *config.Config {
 	c := &config.Config{}
+	c.Network.Enabled = true // the zero Config is a disabled proxy (fail closed)
 	c.Network.Mode = "full"
 	c.Network.Domains = domains
 	return c
