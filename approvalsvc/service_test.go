@@ -235,7 +235,11 @@ func TestSingleFlightOneReviewerCall(t *testing.T) {
 			results <- r.eval(context.Background(), hostpolicy.Request{Host: "alpha.test"})
 		}()
 	}
-	<-calls // the first (and only) review started
+	select { // the first (and only) review started
+	case <-calls:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reviewer was never called")
+	}
 	// Let every request reach the service before the verdict.
 	waitFor(t, func() bool { return r.svc.waiters() == n })
 	time.Sleep(50 * time.Millisecond)
