@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/netproxy/netproxy/hostpolicy/hostname"
@@ -92,11 +93,41 @@ func StaticHosts(cfg *config.Config) (map[string][]netip.Addr, error) {
 	return out, nil
 }
 
-// NewResolverFromConfig is NewResolver over cfg's [dns] table.
-func NewResolverFromConfig(cfg *config.Config) (Resolver, error) {
+// NewResolverFromConfig is NewResolver over cfg's [dns] table, wrapped so
+// that a policy reload can replace it (ReloadableResolver.Reload).
+func NewResolverFromConfig(cfg *config.Config) (*ReloadableResolver, error) {
+	static, err := StaticHosts(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := &ReloadableResolver{}
+	r.cur.Store(&resolverBox{NewResolver(static, cfg.DNS.Timeout.Duration)})
+	return r, nil
+}
+
+// ReloadableResolver is the serving resolver: the engine and the proxy
+// dialer keep one reference for the process lifetime, and a reload of
+// [dns] (SIGHUP, POST /api/reload) swaps what it answers from.
+type ReloadableResolver struct {
+	cur atomic.Pointer[resolverBox]
+}
+
+type resolverBox struct{ r Resolver }
+
+// LookupNetIP answers from the resolver of the latest successful Reload.
+func (r *ReloadableResolver) LookupNetIP(ctx context.Context, host string) ([]netip.Addr, error) {
+	return r.cur.Load().r.LookupNetIP(ctx, host)
+}
+
+// Prepare builds the answers of cfg's [dns] table without installing them,
+// so a reload can fail before anything changes; Install makes them live.
+func (r *ReloadableResolver) Prepare(cfg *config.Config) (Resolver, error) {
 	static, err := StaticHosts(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return NewResolver(static, cfg.DNS.Timeout.Duration), nil
 }
+
+// Install makes next (from Prepare) answer every later lookup.
+func (r *ReloadableResolver) Install(next Resolver) { r.cur.Store(&resolverBox{next}) }

@@ -61,7 +61,7 @@ func registerCheckFlags(fs *flag.FlagSet) *checkFlags {
 	fs.StringVar(&f.Tool, "tool", "", "shell_command | exec_command")
 	fs.StringVar(&f.Args, "args", "", "the tool call's arguments JSON, or - to read them from stdin")
 	fs.StringVar(&f.PrefixRule, "prefix-rule", "", "requested amendment for a plain argv, as a JSON array of strings")
-	fs.BoolVar(&f.NoLoginShell, "no-login-shell", false, "disallow login shells for tool calls (login defaults to false)")
+	fs.BoolVar(&f.NoLoginShell, "no-login-shell", false, "disallow login shells for tool calls (an absent login field then means false; login: true is an error)")
 	fs.StringVar(&f.EnvInherit, "env-inherit", "all", "environment start set: all | core | none")
 	fs.Var((*repeated)(&f.EnvExclude), "env-exclude", "drop variables matching this case-insensitive * ? pattern (repeatable)")
 	fs.Var((*repeated)(&f.EnvSet), "env-set", "set NAME=VALUE in the command's environment (repeatable)")

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/netproxy/netproxy/execcore/approvalpolicy"
 	"io"
 	"os"
 	"os/signal"
@@ -18,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/netproxy/netproxy/execcore/approvalpolicy"
 	"github.com/netproxy/netproxy/sandbox"
 	"github.com/netproxy/netproxy/sandbox/netctl"
 	"github.com/netproxy/netproxy/sandbox/orchestrator"

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/netproxy/netproxy/execcore/approvalpolicy"
 	"io"
 
 	"github.com/netproxy/netproxy/execcore"
@@ -20,15 +19,11 @@ func evaluateInvocation(cf *checkFlags, ro runOptions, stdin io.Reader) (*invoca
 		return nil, err
 	}
 	in.SessionID, in.EnvironmentID = ro.session, ro.envID
-	res, err := evaluateExec(in)
+	res, err := execcore.Evaluate(in)
 	if err != nil {
 		return nil, err
 	}
-	kind, err := sandbox.ParseKind(cf.Sandbox)
-	if err != nil {
-		return nil, err
-	}
-	pol, err := approvalpolicy.Parse(cf.ApprovalPolicy)
+	kind, err := sandbox.ParseKind(string(in.Sandbox))
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +47,7 @@ func evaluateInvocation(cf *checkFlags, ro runOptions, stdin io.Reader) (*invoca
 		Requirement:        req,
 		ExecSource:         execSource(res.Evaluation),
 		RequirementJSON:    rj,
-		Policy:             pol,
+		Policy:             in.ApprovalPolicy,
 		Kind:               kind,
 		SandboxPermissions: string(res.Envelope.EffectivePermissions),
 		Justification:      res.Envelope.Justification,
@@ -60,7 +55,3 @@ func evaluateInvocation(cf *checkFlags, ro runOptions, stdin io.Reader) (*invoca
 		TimeoutMS:          res.Envelope.TimeoutMS,
 	}, nil
 }
-
-// evaluateExec is execcore.Evaluate (kept separate so the call site reads
-// as the one place run consults the exec policy).
-func evaluateExec(in execcore.Input) (execcore.Result, error) { return execcore.Evaluate(in) }

@@ -440,7 +440,7 @@ func (l *loader) validateExamples(p pendingExamples) error {
 				}
 			}
 			return &LoadError{File: l.file, Line: p.line, Msg: fmt.Sprintf(
-				"invalid example: expected example to not match rule `%s`: %s", rule, shlex.JoinLossy(ex))}
+				"expected example to not match rule `%s`: %s", rule, shlex.JoinLossy(ex))}
 		}
 	}
 	var unmatched []string
@@ -455,7 +455,7 @@ func (l *loader) validateExamples(p pendingExamples) error {
 			rs = append(rs, r.String())
 		}
 		return &LoadError{File: l.file, Line: p.line, Msg: fmt.Sprintf(
-			"invalid example: expected every example to match at least one rule. rules: [%s]; unmatched examples: [%s]",
+			"expected every example to match at least one rule. rules: [%s]; unmatched examples: [%s]",
 			strings.Join(rs, ", "), strings.Join(unmatched, ", "))}
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -190,6 +191,13 @@ func Decode(tool string, args []byte, opts Options) (Call, error) {
 			c.EnvironmentID = mustString(kv.raw)
 		}
 	}
+	// `timeout` is serde's alias of `timeout_ms`: giving both is the same
+	// field twice.
+	if _, ok := obj.get("timeout"); ok {
+		if _, ok := obj.get("timeout_ms"); ok {
+			return Call{}, fmt.Errorf("%s arguments: duplicate field \"timeout_ms\" (also given as its alias \"timeout\")", tool)
+		}
+	}
 	scriptField := "command"
 	if tool == ExecCommand {
 		scriptField = "cmd"
@@ -234,7 +242,7 @@ func fieldNames(fields map[string]fieldKind) string {
 	for n := range fields {
 		names = append(names, n)
 	}
-	sortStrings(names)
+	slices.Sort(names)
 	return strings.Join(names, ", ")
 }
 
@@ -448,12 +456,4 @@ func (c Call) ResolveWorkdir(base string) string {
 		return filepath.Clean(c.Workdir)
 	}
 	return filepath.Join(base, c.Workdir)
-}
-
-func sortStrings(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }

@@ -91,6 +91,7 @@ func TestDecodeErrors(t *testing.T) {
 		{ExecCommand, `{"workdir":"x"}`, `missing required field "cmd"`},
 		{ExecCommand, `{"cmd":null}`, `missing required field "cmd"`},
 		{ShellCommand, `{"command":"ls","command":"rm -rf /"}`, `duplicate field "command"`},
+		{ShellCommand, `{"command":"ls","timeout":5,"timeout_ms":6}`, `duplicate field "timeout_ms"`},
 		{ExecCommand, `{"cmd":"ls","shell":""}`, `"shell" must not be empty`},
 		{ShellCommand, `{"command":"a\u0000b"}`, "NUL byte"},
 		{ShellCommand, "{\"command\":\"\xff\"}", "invalid UTF-8"},

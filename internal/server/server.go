@@ -60,6 +60,7 @@ type Server struct {
 	meter  *metrics.Metrics
 
 	engine   *hostpolicy.Engine
+	resolver *hostpolicy.ReloadableResolver
 	decider  *deciderSlot
 	registry *attribution.Registry
 	admin    *admin.Server
@@ -116,6 +117,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		s.decider.set(opts.Decider)
 		decider = s.decider
 	}
+	s.resolver = resolver
 	s.engine = hostpolicy.NewEngine(pol, resolver, cfg.Network.Mode, decider)
 	s.recordPatterns(pol)
 	s.required.Store(cfg.Attribution.Required)
@@ -525,7 +527,14 @@ func (s *Server) reload() error {
 	if err != nil {
 		return err
 	}
+	// [dns] is policy too: the static answers decide what the local guard
+	// sees, so they change with the lists, never half of them.
+	answers, err := s.resolver.Prepare(cfg)
+	if err != nil {
+		return err
+	}
 	wasEnabled := s.engine.Enabled()
+	s.resolver.Install(answers)
 	s.engine.Swap(pol, cfg.Network.Mode)
 	s.required.Store(cfg.Attribution.Required)
 	s.recordPatterns(pol)

@@ -203,3 +203,32 @@ func TestShutdownDoesNotWaitForSilentClients(t *testing.T) {
 		t.Fatal("still accepting after shutdown")
 	}
 }
+
+// SPEC §7.2: the policy reloads — [dns.hosts] included, since the static
+// answers are what the local guard judges and the dialer pins.
+func TestReloadReplacesStaticDNSAnswers(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	port := ln.Addr().(*net.TCPAddr).Port
+	s, path := start(t, "[approvals]\nenabled = false\n", Options{})
+	late := fmt.Sprintf("http://late.test:%d/", port)
+	// Allow-listed but unresolvable (.test has no DNS); allow_local_binding
+	// is on in this config, so the failure is the dial's 502.
+	data, _ := os.ReadFile(path)
+	os.WriteFile(path, []byte(strings.Replace(string(data), `"up.test" = "allow"`, `"up.test" = "allow"`+"\n"+`"late.test" = "allow"`, 1)), 0o644)
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(t, s, late); got != 502 {
+		t.Fatalf("allow-listed name with no answer: %d, want 502", got)
+	}
+	data, _ = os.ReadFile(path)
+	os.WriteFile(path, []byte(strings.Replace(string(data), "[dns.hosts]", "[dns.hosts]\n"+`"late.test" = ["127.0.0.1"]`, 1)), 0o644)
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(t, s, late); got != 200 {
+		t.Fatalf("after adding its [dns.hosts] answer and reloading: %d, want 200", got)
+	}
+}
