@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -211,6 +212,35 @@ func TestSandboxRunWritesOutsideWorkdirFail(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "inside.txt")); err != nil || string(b) != "in\n" {
 		t.Fatalf("workdir write lost: %q %v", b, err)
+	}
+}
+
+// An allow rule bypasses the sandbox (skip{bypass_sandbox}), but an explicit
+// --network none must still hold: the command sees only loopback
+// (/proc/net follows the reader's network namespace; /sys/class/net would
+// show the host's interfaces through the read-only sysfs).
+func TestSandboxRunNetworkNoneSurvivesBypassingRule(t *testing.T) {
+	dir := sbxDir(t)
+	rules := t.TempDir()
+	if err := os.WriteFile(filepath.Join(rules, "allow.rules"),
+		[]byte("prefix_rule(pattern=[\"cat\", \"/proc/net/dev\"], decision=\"allow\")\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, code, _ := sbxRun(t, os.Environ(), dir, "--rules", rules, "--network", "none", "--", "cat", "/proc/net/dev")
+	if code != 0 {
+		t.Fatalf("exit %d stderr %q", code, r.Stderr)
+	}
+	var ifaces []string
+	for _, line := range strings.Split(r.Stdout, "\n") {
+		if name, _, ok := strings.Cut(line, ":"); ok && !strings.Contains(name, "|") {
+			ifaces = append(ifaces, strings.TrimSpace(name))
+		}
+	}
+	if len(ifaces) != 1 || ifaces[0] != "lo" {
+		t.Fatalf("interfaces %q: --network none gave the command more than loopback", ifaces)
+	}
+	if !slices.Contains(r.Sandbox.Signals, "sandbox_kept_for_network_none") {
+		t.Fatalf("signals %v: the bypass was not reported as overridden", r.Sandbox.Signals)
 	}
 }
 

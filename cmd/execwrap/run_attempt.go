@@ -26,12 +26,17 @@ func (r *runner) attempt(ctx context.Context, sandboxed bool) (orchestrator.Atte
 	var ar orchestrator.AttemptResult
 	kind := r.inv.Kind
 	network := sandbox.NetworkMode(r.opts.network)
+	var keptSandbox bool
 	if !sandboxed && kind.Confining() {
-		// An approved escalation or a bypassing allow rule: no sandbox. A
-		// proxied network stays proxied (attributed, not enforced).
-		kind = sandbox.KindDangerFullAccess
 		if network == sandbox.NetworkNone {
-			network = sandbox.NetworkHost
+			// An explicit --network none is the operator's limit, not the
+			// sandbox's: only the sandbox can enforce it, so a bypassing
+			// rule or an escalation never turns it into host networking.
+			keptSandbox = true
+		} else {
+			// An approved escalation or a bypassing allow rule: no sandbox.
+			// A proxied network stays proxied (attributed, not enforced).
+			kind = sandbox.KindDangerFullAccess
 		}
 	}
 	outBuf, errBuf := newCappedBuffer(r.opts.maxOutput), newCappedBuffer(r.opts.maxOutput)
@@ -141,6 +146,9 @@ func (r *runner) attempt(ctx context.Context, sandboxed bool) (orchestrator.Atte
 	mu.Unlock()
 	if ar.DeniedByUser {
 		res.Signals = append(res.Signals, "denied_by_user")
+	}
+	if keptSandbox {
+		res.Signals = append(res.Signals, "sandbox_kept_for_network_none")
 	}
 	ar.Result = res
 	ar.Stdout, ar.Stderr = outBuf.Bytes(), errBuf.Bytes()
