@@ -589,7 +589,9 @@ func TestSandboxRunEscalatedRetry(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(outside) })
 	target := filepath.Join(outside, "escalated.txt")
-	ch := sbxRunAsync(t, p.Env(), dir, "--control", p.Control, "--network", "none", "--approval-policy", "untrusted",
+	// --network proxied: an explicit --network none would keep the sandbox
+	// for the retry too (TestSandboxRunNetworkNoneSurvivesBypassingRule).
+	ch := sbxRunAsync(t, p.Env(), dir, "--control", p.Control, "--network", "proxied", "--approval-policy", "untrusted",
 		"--", "sh", "-c", "echo x > "+target)
 	sbxDecide(t, p, sbxPendingApproval(t, p, "exec", "escalated.txt"), "allow_once")
 	got := sbxAwait(t, ch)
