@@ -33,8 +33,8 @@ import (
 	"github.com/netproxy/netproxy/metrics/audit"
 )
 
-// DefaultSession is the session (and environment) of unattributed requests.
-const DefaultSession = "default"
+// DefaultSession is where unattributed requests belong (SPEC §4.3).
+const DefaultSession = attribution.DefaultSession
 
 // DefaultReviewTimeout bounds a human review when the config gives none.
 const DefaultReviewTimeout = 120 * time.Second

@@ -37,6 +37,10 @@ type Execution struct {
 	Started        time.Time `json:"started"`
 }
 
+// DefaultSession names the session and the environment that unattributed
+// requests belong to (SPEC §4.3).
+const DefaultSession = "default"
+
 // Event is one line of an execution's NDJSON event stream.
 type Event struct {
 	Type       string    `json:"type"` // network_decision | denied_by_user | denied_by_policy | execution_ended

@@ -16,9 +16,11 @@ package audit
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/netproxy/netproxy/attribution"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -220,6 +222,12 @@ func (w *Writer) ObserveDecision(e observe.DecisionEvent) {
 	if port == 0 {
 		port = r.Port
 	}
+	// An unattributed request belongs to the default session and
+	// environment (SPEC §4.3), as its approvals do.
+	session, env := r.SessionID, r.EnvironmentID
+	if r.ExecutionID == "" {
+		session, env = cmp.Or(session, attribution.DefaultSession), cmp.Or(env, attribution.DefaultSession)
+	}
 	w.enqueue(Record{
 		Time:          e.Time,
 		Event:         EventNetworkDecision,
@@ -231,8 +239,8 @@ func (w *Writer) ObserveDecision(e observe.DecisionEvent) {
 		Port:          port,
 		Method:        SanitizeMethod(r.Method),
 		Client:        r.Client,
-		SessionID:     r.SessionID,
-		EnvironmentID: r.EnvironmentID,
+		SessionID:     session,
+		EnvironmentID: env,
 		ExecutionID:   r.ExecutionID,
 		Pattern:       d.Pattern,
 		Override:      d.Override,

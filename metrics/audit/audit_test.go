@@ -386,3 +386,21 @@ func TestWriteErrorsAreCountedAndLogged(t *testing.T) {
 		t.Fatalf("write failure not logged:\n%s", logs.String())
 	}
 }
+
+// An unattributed decision is written in the default session and
+// environment (SPEC §4.3), like the approvals it may create.
+func TestUnattributedDecisionIsInTheDefaultSession(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	w, err := Open(path, 16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := sampleDecision()
+	e.Request.ExecutionID, e.Request.SessionID, e.Request.EnvironmentID = "", "", ""
+	w.ObserveDecision(e)
+	closeW(t, w)
+	l := readLines(t, path)[0]
+	if l["session_id"] != "default" || l["environment_id"] != "default" || l["execution_id"] != "" {
+		t.Fatalf("session %v environment %v execution %v, want default/default/empty", l["session_id"], l["environment_id"], l["execution_id"])
+	}
+}
