@@ -139,6 +139,36 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// A wrong-typed value (dns.timeout) must not hide the file's other problems:
+// `config validate` lists all six, each with file:line and key, and exits 2.
+func TestConfigValidateReportsEveryError(t *testing.T) {
+	bad := writeCheckConfig(t, `[network]
+mode = "fast"
+bogus = 1
+
+[network.domains]
+"*" = "deny"
+"ok.test" = "maybe"
+
+[dns]
+timeout = "xx"
+
+[approvals]
+policy = "sometimes"
+`)
+	code, _, stderr := runNetproxyCLI("config", "validate", bad)
+	if code != 2 {
+		t.Fatalf("invalid file: exit %d\n%s", code, stderr)
+	}
+	for _, w := range []string{"netproxy.toml:2: network.mode", "netproxy.toml:3: network.bogus",
+		`netproxy.toml:6: network.domains."*"`, `netproxy.toml:7: network.domains."ok.test"`,
+		"netproxy.toml:10:11: dns.timeout", "netproxy.toml:13: approvals.policy", "6 error(s)"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("validate output lacks %q:\n%s", w, stderr)
+		}
+	}
+}
+
 func fillCheckConfig(format string, a ...any) string {
 	r := format
 	for _, v := range a {

@@ -221,6 +221,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("[network]\nmode = \"full\"\n[network.domains]\n\"a.test\" = \"allow\"\n"))
 	f.Add([]byte("[bogus]\nx=1\n"))
 	f.Add([]byte("[dns.hosts]\n\"a\" = [\"1.2.3.4\"]\n"))
+	// Wrong-typed values exercise the blank-and-retry path.
+	f.Add([]byte("[network]\nenabled = \"no\"\n[dns]\ntimeout = \"xx\"\n[dns.hosts]\n\"a\" = [\n 1,\n]\n[approvals]\nhooks = [{ command = 7 }]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data, "/tmp/fuzz.toml")
 		if err != nil {
@@ -289,5 +291,49 @@ command = ["/base/hook"]
 	}
 	if len(c.DNS.Hosts) != 0 || len(c.Approvals.Hooks) != 1 || c.Approvals.Hooks[0].Command[0] != "/file/hook" || c.Network.Domains["base.test"] != "allow" {
 		t.Errorf("replace: hosts %v hooks %+v domains %v", c.DNS.Hosts, c.Approvals.Hooks, c.Network.Domains)
+	}
+}
+
+// A wrong-typed value must not hide the rest of the file's problems: every
+// error comes out in one run, each with its line, and nothing is reported
+// twice. A table header of the wrong type still stops at itself.
+func TestTypeErrorsDoNotStopValidation(t *testing.T) {
+	cases := []struct {
+		name, body string
+		want       []string
+		count      int
+	}{
+		{"all six", "[network]\nmode = \"fast\"\nbogus = 1\n\n[network.domains]\n\"*\" = \"deny\"\n\"ok.test\" = \"maybe\"\n\n[dns]\ntimeout = \"xx\"\n\n[approvals]\npolicy = \"sometimes\"\n",
+			[]string{"np.toml:2: network.mode", "np.toml:3: network.bogus", `np.toml:6: network.domains."*"`,
+				`np.toml:7: network.domains."ok.test"`, "np.toml:10:11: dns.timeout", "np.toml:13: approvals.policy"}, 6},
+		{"two type errors", "[network]\nenabled = \"no\"\nallow_local_binding = 3\n[log]\nlevel = \"loud\"\n",
+			[]string{"np.toml:2", "network.enabled", "np.toml:3", "network.allow_local_binding", "np.toml:5: log.level"}, 3},
+		{"multi-line value", "[dns.hosts]\n\"a.test\" = [\n  1,\n  2,\n]\n[network]\nmode = \"x\"\n",
+			[]string{`dns.hosts."a.test"`, "np.toml:7: network.mode"}, 2},
+		{"inline table", "[approvals]\nhooks = [{ command = 7 }]\nreviewer = \"robot\"\n",
+			[]string{"np.toml:2", "approvals.hooks", "np.toml:3: approvals.reviewer"}, 2},
+		{"crlf", "[network]\r\nenabled = \"no\"\r\n[log]\r\nformat = \"xml\"\r\n",
+			[]string{"np.toml:2", "network.enabled", "np.toml:4: log.format"}, 2},
+		{"type error then syntax error", "[dns]\ntimeout = \"x\"\n[log\n", []string{"np.toml:3"}, 1},
+	}
+	for _, c := range cases {
+		p := write(t, "np.toml", c.body)
+		errs := Validate(p)
+		var all []string
+		for _, e := range errs {
+			all = append(all, e.Error())
+		}
+		text := strings.Join(all, "\n")
+		if len(errs) != c.count {
+			t.Errorf("%s: %d errors, want %d:\n%s", c.name, len(errs), c.count, text)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(text, w) {
+				t.Errorf("%s: errors do not mention %q:\n%s", c.name, w, text)
+			}
+		}
+		if _, err := Load(p); err == nil {
+			t.Errorf("%s: Load accepted what Validate rejected", c.name)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	toml "github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
 
 	"github.com/netproxy/netproxy/configs"
 	"github.com/netproxy/netproxy/execcore/approvalpolicy"
@@ -126,46 +127,128 @@ func decodeNamed(data []byte, file, shown string) (*Config, []error) {
 	return decodeOver(configs.DefaultTOML, data, file, shown)
 }
 
-// decodeOver decodes base (the embedded default), then data over it.
+// maxTypeErrors bounds how many wrong-typed values one document can report;
+// past it the rest of the file is not examined.
+const maxTypeErrors = 64
+
+// decodeOver decodes base (the embedded default), then data over it. A TOML
+// syntax error stops everything (nothing after it can be trusted), but a
+// wrong-typed value does not: it is recorded, its key = value expression is
+// blanked (line numbers kept) and the document decoded again, so that one
+// run reports every problem.
 func decodeOver(base, data []byte, file, shown string) (*Config, []error) {
-	c := &Config{}
-	if err := toml.Unmarshal(base, c); err != nil {
-		return nil, []error{&Error{File: "configs/default.toml", Msg: err.Error()}}
-	}
-	if file != "" {
-		// A collection the file sets replaces the default's, never merges.
-		var raw map[string]any
-		if err := toml.Unmarshal(data, &raw); err != nil {
-			return nil, []error{tomlError(err, shown)}
+	fresh := func() (*Config, error) {
+		c := &Config{}
+		if err := toml.Unmarshal(base, c); err != nil {
+			return nil, &Error{File: "configs/default.toml", Msg: err.Error()}
 		}
-		resetSetCollections(c, raw)
-		dec := toml.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(c); err != nil {
-			var sm *toml.StrictMissingError
-			if !errors.As(err, &sm) {
+		return c, nil
+	}
+	c, err := fresh()
+	if err != nil {
+		return nil, []error{err}
+	}
+	var errs []error
+	var typeKeys []string
+	if file != "" {
+		doc := data
+		for {
+			// A collection the file sets replaces the default's, never merges.
+			var raw map[string]any
+			if err := toml.Unmarshal(doc, &raw); err != nil {
+				if len(errs) > 0 {
+					// Blanking made the document unparsable: report what was found.
+					return nil, errs
+				}
 				return nil, []error{tomlError(err, shown)}
 			}
-			// Unknown keys: report each, then keep validating the rest
-			// (go-toml decoded every known key).
-			var errs []error
-			for i := range sm.Errors {
-				errs = append(errs, unknownKeyError(&sm.Errors[i], shown))
+			if c, err = fresh(); err != nil {
+				return nil, []error{err}
 			}
-			c.Path = file
-			resolvePaths(c)
-			return c, append(errs, withLines(validate(c, shown), data)...)
+			resetSetCollections(c, raw)
+			dec := toml.NewDecoder(bytes.NewReader(doc))
+			dec.DisallowUnknownFields()
+			err := dec.Decode(c)
+			if err == nil {
+				break
+			}
+			// StrictMissingError unwraps to DecodeErrors too: test it first.
+			var sm *toml.StrictMissingError
+			if errors.As(err, &sm) {
+				// Unknown keys: report each, then keep validating the rest
+				// (go-toml decoded every known key).
+				for i := range sm.Errors {
+					errs = append(errs, unknownKeyError(&sm.Errors[i], shown))
+				}
+				break
+			}
+			errs = append(errs, tomlError(err, shown))
+			var de *toml.DecodeError
+			if !errors.As(err, &de) || len(typeKeys) >= maxTypeErrors {
+				return nil, errs
+			}
+			line, _ := de.Position()
+			next, ok := blankKeyValueAt(doc, line)
+			if !ok {
+				return nil, errs
+			}
+			typeKeys = append(typeKeys, keyPath(de.Key()))
+			doc = next
 		}
 	}
 	c.Path = file
 	resolvePaths(c)
-	if errs := validate(c, shown); len(errs) > 0 {
-		if file != "" {
-			errs = withLines(errs, data)
+	semantic := validate(c, shown)
+	if file != "" {
+		semantic = withLines(semantic, data)
+	}
+	for _, e := range semantic {
+		// A value already reported as wrong-typed was left at its default;
+		// do not report it twice.
+		if !underAny(e.(*Error).Key, typeKeys) {
+			errs = append(errs, e)
 		}
+	}
+	if len(errs) > 0 {
 		return c, errs
 	}
 	return c, nil
+}
+
+// blankKeyValueAt returns doc with the top-level key = value expression
+// covering line replaced by spaces (newlines kept, so every other line keeps
+// its number). ok is false when no key = value covers line (a table header).
+func blankKeyValueAt(doc []byte, line int) ([]byte, bool) {
+	var p unstable.Parser
+	p.Reset(doc)
+	for p.NextExpression() {
+		e := p.Expression()
+		if e.Kind != unstable.KeyValue {
+			continue
+		}
+		sh := p.Shape(e.Raw)
+		if line < sh.Start.Line || line > sh.End.Line {
+			continue
+		}
+		out := bytes.Clone(doc)
+		for i := sh.Start.Offset; i < sh.End.Offset; i++ {
+			if out[i] != '\n' {
+				out[i] = ' '
+			}
+		}
+		return out, true
+	}
+	return nil, false
+}
+
+// underAny reports whether key is one of keys or lies beneath one of them.
+func underAny(key string, keys []string) bool {
+	for _, k := range keys {
+		if key == k || strings.HasPrefix(key, k+".") || strings.HasPrefix(key, k+"[") {
+			return true
+		}
+	}
+	return false
 }
 
 // withLines adds the line of each error's key in data where it is written.
