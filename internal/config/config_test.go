@@ -315,6 +315,8 @@ func TestTypeErrorsDoNotStopValidation(t *testing.T) {
 		{"crlf", "[network]\r\nenabled = \"no\"\r\n[log]\r\nformat = \"xml\"\r\n",
 			[]string{"np.toml:2", "network.enabled", "np.toml:4: log.format"}, 2},
 		{"type error then syntax error", "[dns]\ntimeout = \"x\"\n[log\n", []string{"np.toml:3"}, 1},
+		{"durations written as numbers", "[dns]\ntimeout = 5\n[limits]\nidle_timeout = true\n[[approvals.hooks]]\ncommand = [\"h\"]\ntimeout = 3\n[log]\nlevel = \"loud\"\n",
+			[]string{"np.toml:2: dns.timeout", "np.toml:4: limits.idle_timeout", "np.toml:7: approvals.hooks[0].timeout", "np.toml:9: log.level"}, 4},
 	}
 	for _, c := range cases {
 		p := write(t, "np.toml", c.body)

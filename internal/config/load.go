@@ -182,9 +182,24 @@ func decodeOver(base, data []byte, file, shown string) (*Config, []error) {
 				}
 				break
 			}
-			errs = append(errs, tomlError(err, shown))
 			var de *toml.DecodeError
-			if !errors.As(err, &de) || len(typeKeys) >= maxTypeErrors {
+			if !errors.As(err, &de) {
+				// A value go-toml handed to a TextUnmarshaler (a duration
+				// written as a number) fails without a position: find its
+				// key so the error names it and validation goes on.
+				if key, msg, found := badDuration(raw); found && len(typeKeys) < maxTypeErrors {
+					line := lineFor(keyLines(doc), key)
+					if next, ok := blankKeyValueAt(doc, line); ok && line > 0 {
+						errs = append(errs, &Error{File: shown, Line: line, Key: key, Msg: msg})
+						typeKeys = append(typeKeys, key)
+						doc = next
+						continue
+					}
+				}
+				return nil, append(errs, tomlError(err, shown))
+			}
+			errs = append(errs, tomlError(err, shown))
+			if len(typeKeys) >= maxTypeErrors {
 				return nil, errs
 			}
 			line, _ := de.Position()
