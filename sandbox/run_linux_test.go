@@ -124,7 +124,7 @@ func TestSandboxAutoDegrades(t *testing.T) {
 		return
 	}
 	if LandlockABI() < 4 {
-		t.Skipf("landlock ABI %d < 4: the degraded tier cannot be exercised here", LandlockABI())
+		skipOffCI(t, "landlock ABI %d < 4: the degraded tier cannot be exercised here", LandlockABI())
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -349,7 +349,7 @@ func TestSandboxTimeoutKillsGrandchildren(t *testing.T) {
 	for _, tier := range []Tier{TierNamespaces, TierLandlock} {
 		t.Run(string(tier), func(t *testing.T) {
 			if tier == TierLandlock && LandlockABI() < 4 {
-				t.Skipf("landlock ABI %d < 4: the landlock tier is unavailable here (doctor reports it)", LandlockABI())
+				skipOffCI(t, "landlock ABI %d < 4: the landlock tier is unavailable here (doctor reports it)", LandlockABI())
 			}
 			wd := workdir(t)
 			start := time.Now()
@@ -437,7 +437,7 @@ func TestSandboxProxiedBridge(t *testing.T) {
 	for _, tier := range []Tier{TierNamespaces, TierLandlock} {
 		t.Run(string(tier), func(t *testing.T) {
 			if tier == TierLandlock && LandlockABI() < 4 {
-				t.Skipf("landlock ABI %d < 4", LandlockABI())
+				skipOffCI(t, "landlock ABI %d < 4", LandlockABI())
 			}
 			p := startFramingProxy(t)
 			token := "tok-" + strings.Repeat("a1", 16)
@@ -485,7 +485,7 @@ func TestSandboxStop(t *testing.T) {
 
 func TestSandboxLandlockTierFilesystem(t *testing.T) {
 	if LandlockABI() < 4 {
-		t.Skipf("landlock ABI %d < 4", LandlockABI())
+		skipOffCI(t, "landlock ABI %d < 4", LandlockABI())
 	}
 	wd := workdir(t)
 	r := sandboxRun(t, Spec{Cwd: wd, Tier: TierLandlock, Argv: sh(`
@@ -527,7 +527,7 @@ func TestSandboxSetupErrorFailsClosed(t *testing.T) {
 // setpriv when the suite runs as root.
 func TestSandboxUnprivileged(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("already unprivileged: the other tests cover this user")
+		skipOffCI(t, "already unprivileged: the other tests cover this user")
 	}
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
@@ -651,4 +651,15 @@ func TestSandboxProxyResolveFailureAskedOnce(t *testing.T) {
 	if _, serr := os.Stat(filepath.Join(wd, "ran")); serr == nil {
 		t.Fatal("the command ran although the proxy could not be resolved")
 	}
+}
+
+// skipOffCI skips a test whose kernel feature or privilege this host lacks —
+// except in CI, which runs as root on a kernel with Landlock ABI >= 4, where
+// a missing capability means a broken machine, never a reason to pass.
+func skipOffCI(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("CI must exercise this test: "+format, args...)
+	}
+	t.Skipf(format, args...)
 }
