@@ -556,7 +556,8 @@ func (s *Service) reviewNetwork(ctx context.Context, f *flight, nr netReview) re
 	a := Approval{
 		ID: newID(), Kind: KindNetwork, Status: StatusPending, SessionID: nr.sess.id, EnvironmentID: nr.env,
 		Host: nr.host, Protocol: string(nr.proto), Port: nr.port,
-		Reason:  fmt.Sprintf("%s is not in the allowed domains", nr.host),
+		// The block's reason code (SPEC §3.6); the page explains it in words.
+		Reason:  string(hostpolicy.ReasonNotAllowed),
 		created: start, CreatedAt: start.UTC().Format(time.RFC3339Nano), Command: []string{},
 	}
 	if nr.owner != nil {

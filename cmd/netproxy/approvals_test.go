@@ -164,7 +164,7 @@ func TestApprovalsListShowDecide(t *testing.T) {
 	}
 
 	code, out, _ = runCLI(t, cliTestToken, "--admin", q.srv.URL, "show", old)
-	for _, want := range []string{"alpha.test:8080", "not in the allowed domains", "pending", "default"} {
+	for _, want := range []string{"alpha.test:8080", "not_allowed", "pending", "default"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Fatalf("show lacks %q (code %d):\n%s", want, code, out)
 		}

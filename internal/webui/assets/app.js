@@ -81,6 +81,13 @@
     return o.port ? h + ":" + o.port : h;
   }
 
+  // reasonText explains a network approval's reason code (SPEC §3.6) in words;
+  // exec approvals already carry a sentence.
+  function reasonText(a) {
+    if (a.reason === "not_allowed") return (a.host || "the host") + " is not in the allow list (not_allowed)";
+    return dash(a.reason);
+  }
+
   function dash(v) { return v === undefined || v === null || v === "" ? "—" : String(v); }
 
   // ---- API ----------------------------------------------------------------
@@ -155,7 +162,7 @@
     card.querySelector(".f-session").textContent = dash(a.session_id);
     card.querySelector(".f-env").textContent = dash(a.environment_id);
     card.querySelector(".f-exec").textContent = dash(a.execution_id);
-    card.querySelector(".f-reason").textContent = dash(a.reason);
+    card.querySelector(".f-reason").textContent = reasonText(a);
     card.querySelectorAll("button[data-decision]").forEach((b) => {
       b.addEventListener("click", () => decide(a.id, b.dataset.decision, card));
     });
