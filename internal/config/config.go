@@ -20,6 +20,7 @@ type Config struct {
 	Admin       Admin       `toml:"admin"`
 	Audit       Audit       `toml:"audit"`
 	Limits      Limits      `toml:"limits"`
+	MITM        MITM        `toml:"mitm"`
 	Metrics     Metrics     `toml:"metrics"`
 	Log         Log         `toml:"log"`
 
@@ -102,6 +103,15 @@ type Limits struct {
 	IdleTimeout    Duration `toml:"idle_timeout"`
 	MaxHeaderBytes int      `toml:"max_header_bytes"`
 	ConnectTimeout Duration `toml:"connect_timeout"`
+}
+
+// MITM is [mitm]: opt-in TLS interception of limited-mode CONNECT. The
+// paths are PEM files, relative to the config file's folder.
+type MITM struct {
+	Enabled    bool   `toml:"enabled"`
+	CACert     string `toml:"ca_cert"`
+	CAKey      string `toml:"ca_key"`
+	UpstreamCA string `toml:"upstream_ca"` // extra roots for upstreams ("" = system roots only)
 }
 
 type Metrics struct {

@@ -2,6 +2,8 @@ package config
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
@@ -441,6 +443,11 @@ func resolvePaths(c *Config) {
 	c.Control.Socket = ExpandPath(c.Control.Socket, base)
 	c.Audit.Path = ExpandPath(c.Audit.Path, base)
 	c.Guardian.Script = ExpandPath(c.Guardian.Script, base)
+	for _, p := range []*string{&c.MITM.CACert, &c.MITM.CAKey, &c.MITM.UpstreamCA} {
+		if *p != "" {
+			*p = ExpandPath(*p, base)
+		}
+	}
 	for i := range c.Network.DomainFiles {
 		c.Network.DomainFiles[i].Path = ExpandPath(c.Network.DomainFiles[i].Path, base)
 	}
@@ -605,6 +612,7 @@ func validate(c *Config, file string) []error {
 			bad(key, `must be a positive duration such as "10s"`)
 		}
 	}
+	errs = append(errs, validateMITM(c, file)...)
 	if c.Metrics.MaxHostLabels < 0 {
 		bad("metrics.max_host_labels", "must not be negative")
 	}
@@ -620,6 +628,59 @@ func validate(c *Config, file string) []error {
 	}
 	sort.SliceStable(errs, func(i, j int) bool { return errs[i].(*Error).Key < errs[j].(*Error).Key })
 	return errs
+}
+
+// validateMITM checks [mitm]: when enabled, the CA certificate and key must
+// be readable PEM and belong together; upstream_ca, when set, must hold at
+// least one PEM certificate.
+func validateMITM(c *Config, file string) []error {
+	var errs []error
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, &Error{File: file, Key: key, Msg: fmt.Sprintf(format, a...)})
+	}
+	if c.MITM.UpstreamCA != "" {
+		pem, err := os.ReadFile(c.MITM.UpstreamCA)
+		if err != nil {
+			bad("mitm.upstream_ca", "cannot read %s: %v", c.MITM.UpstreamCA, err)
+		} else if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			bad("mitm.upstream_ca", "%s holds no PEM certificate", c.MITM.UpstreamCA)
+		}
+	}
+	if !c.MITM.Enabled {
+		return errs
+	}
+	certPEM, certErr := readMITMFile(c.MITM.CACert)
+	if certErr != nil {
+		bad("mitm.ca_cert", "%v; enabled = true needs the CA certificate (PEM)", certErr)
+	}
+	keyPEM, keyErr := readMITMFile(c.MITM.CAKey)
+	if keyErr != nil {
+		bad("mitm.ca_key", "%v; enabled = true needs the CA private key (PEM)", keyErr)
+	}
+	if certErr != nil || keyErr != nil {
+		return errs
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		bad("mitm.ca_key", "does not match mitm.ca_cert (%s): %v", c.MITM.CACert, err)
+		return errs
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil || !leaf.IsCA {
+		bad("mitm.ca_cert", "%s is not a CA certificate (basic constraints CA:TRUE needed)", c.MITM.CACert)
+	}
+	return errs
+}
+
+func readMITMFile(path string) ([]byte, error) {
+	if path == "" {
+		return nil, errors.New("missing")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %v", path, err)
+	}
+	return b, nil
 }
 
 // validateDomainFiles reads every domain file and parses each line, so that

@@ -11,6 +11,7 @@ import (
 	"github.com/netproxy/netproxy/hostpolicy"
 	"github.com/netproxy/netproxy/internal/observe"
 	"github.com/netproxy/netproxy/metrics"
+	"github.com/netproxy/netproxy/mitm"
 )
 
 // Evaluator is the decision chain (a *hostpolicy.Engine).
@@ -54,6 +55,9 @@ type Core struct {
 	Logger     *slog.Logger
 	Tracker    *Tracker
 	Limits     Limits
+	// MITM, when set, intercepts limited-mode CONNECTs whose host is
+	// allowed (SPEC §3.8) instead of answering mitm_required.
+	MITM *mitm.Interceptor
 }
 
 func (c *Core) logger() *slog.Logger {
@@ -87,7 +91,7 @@ func (c *Core) stillAttributed(conn *Conn) bool {
 // decide runs the chain and reports the finished decision to the sinks.
 func (c *Core) decide(ctx context.Context, req hostpolicy.Request) hostpolicy.Decision {
 	start := time.Now()
-	d := c.Engine.Evaluate(ctx, req)
+	d := c.mitmAdmit(req, c.Engine.Evaluate(ctx, req))
 	if d.Host == "" {
 		// Normalisation failed: report what the client asked for.
 		d.Host = strings.ToLower(req.Host)

@@ -578,6 +578,14 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 		writeBlockedText(bw, d)
 		return false
 	}
+	if intercepts(d) {
+		var early []byte
+		if n := br.Buffered(); n > 0 {
+			early, _ = br.Peek(n)
+			early = append([]byte(nil), early...)
+		}
+		return h.serveMITM(ctx, c, bw, early, d)
+	}
 	up, err := h.core.Dialer.DialTarget(ctx, TargetOf(d))
 	if err != nil {
 		h.core.logger().Info("upstream failure", "protocol", "https", "host", d.Host, "port", d.Port, "error", err.Error())

@@ -22,6 +22,7 @@ import (
 	"github.com/netproxy/netproxy/hostpolicy"
 	"github.com/netproxy/netproxy/internal/config"
 	"github.com/netproxy/netproxy/internal/observe"
+	"github.com/netproxy/netproxy/mitm"
 )
 
 // stack is an in-process data path over the real engine and real sockets.
@@ -78,6 +79,8 @@ type stackParts struct {
 	allowLocal func() bool
 	// sink, when set, sees every decision as well.
 	sink observe.DecisionSink
+	// mitm, when set, intercepts limited-mode CONNECT.
+	mitm *mitm.Interceptor
 }
 
 func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackParts) *stack {
@@ -113,6 +116,7 @@ func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackPar
 		Sink:       sink,
 		Tracker:    s.tracker,
 		Limits:     limits,
+		MITM:       parts.mitm,
 	}
 	s.httpP, s.socksP = NewHTTP(core), NewSOCKS(core)
 	ctx, cancel := context.WithCancel(context.Background())

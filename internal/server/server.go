@@ -30,6 +30,7 @@ import (
 	"github.com/netproxy/netproxy/internal/observe"
 	"github.com/netproxy/netproxy/internal/proxy"
 	"github.com/netproxy/netproxy/metrics"
+	"github.com/netproxy/netproxy/mitm"
 )
 
 // Options are what other parts plug into the server.
@@ -182,6 +183,18 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			IdleTimeout:    cfg.Limits.IdleTimeout.Duration,
 			MaxHeaderBytes: cfg.Limits.MaxHeaderBytes,
 		},
+	}
+	if cfg.MITM.Enabled {
+		// Opt-in interception of limited-mode CONNECT (docs/proxy.md).
+		ca, err := mitm.LoadAuthority(cfg.MITM.CACert, cfg.MITM.CAKey, 0)
+		if err != nil {
+			return nil, err
+		}
+		roots, err := mitm.UpstreamRoots(cfg.MITM.UpstreamCA)
+		if err != nil {
+			return nil, err
+		}
+		core.MITM = &mitm.Interceptor{Authority: ca, Roots: roots, Idle: cfg.Limits.IdleTimeout.Duration}
 	}
 	s.httpP = proxy.NewHTTP(core)
 	s.socksP = proxy.NewSOCKS(core)
