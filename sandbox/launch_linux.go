@@ -317,12 +317,8 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	waitCh := make(chan error, 1)
 	go func() { waitCh <- cmd.Wait() }()
 
-	var timeout <-chan time.Time
-	if s.Timeout > 0 {
-		t := time.NewTimer(s.Timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
+	timeout, stopTimer := timeoutAfter(s.Timeout)
+	defer stopTimer()
 	var (
 		exited    *ctlMsg
 		setupFail *ctlMsg
@@ -597,12 +593,8 @@ func runUnsandboxed(ctx context.Context, s Spec) (Result, error) {
 	}
 	waitCh := make(chan error, 1)
 	go func() { waitCh <- cmd.Wait() }()
-	var timeout <-chan time.Time
-	if s.Timeout > 0 {
-		t := time.NewTimer(s.Timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
+	timeout, stopTimer := timeoutAfter(s.Timeout)
+	defer stopTimer()
 	var waitErr error
 	ctxDone := ctx.Done()
 	stop := s.Stop
@@ -734,4 +726,14 @@ func (s *stdio) closeParentEnds() {
 		f.Close()
 	}
 	s.parent = nil
+}
+
+// timeoutAfter returns a channel that fires after d, or never when d <= 0,
+// and the function that releases its timer.
+func timeoutAfter(d time.Duration) (<-chan time.Time, func()) {
+	if d <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTimer(d)
+	return t.C, func() { t.Stop() }
 }
