@@ -1,9 +1,13 @@
 // Package admin owns the admin HTTP listener's routing and its bearer-token
 // guard (SPEC §7.3): public routes (/healthz, /readyz, /metrics, the UI) and
-// /api/* routes that answer 401 without the right "Authorization: Bearer".
+// /api/* routes that answer 401 without the right "Authorization: Bearer";
+// and, before either, the Host check that answers 421 to any request whose
+// Host header is not a loopback literal, localhost or a name in
+// admin.allowed_hosts (DNS rebinding).
 //
-// It must never log or echo the token, and never serve an /api/* route
-// without checking it.
+// It must never log or echo the token or a Host header, never serve an
+// /api/* route without checking the token, and never serve any route to a
+// Host it does not allow.
 package admin
 
 import (
@@ -18,6 +22,7 @@ import (
 type Server struct {
 	tokenSum [32]byte
 	hasToken bool
+	hosts    hostAllow
 
 	mu      sync.RWMutex
 	pub     *http.ServeMux
@@ -38,10 +43,23 @@ func (s *Server) SetSessionAuth(f SessionAuth) {
 	s.session = f
 }
 
+// Option configures New.
+type Option func(*Server)
+
+// AllowedHosts adds names (admin.allowed_hosts) that a request's Host header
+// may carry besides loopback literals and localhost. Entries that are not a
+// host name or an IP address (config validation reports them) never match.
+func AllowedHosts(names []string) Option {
+	return func(s *Server) { s.hosts = newHostAllow(names) }
+}
+
 // New returns an admin router whose /api/* routes require token. An empty
 // token locks /api/* entirely (every request answers 401).
-func New(token string) *Server {
-	s := &Server{pub: http.NewServeMux(), api: http.NewServeMux()}
+func New(token string, opts ...Option) *Server {
+	s := &Server{pub: http.NewServeMux(), api: http.NewServeMux(), hosts: newHostAllow(nil)}
+	for _, o := range opts {
+		o(s)
+	}
 	if token != "" {
 		s.tokenSum = sha256.Sum256([]byte(token))
 		s.hasToken = true
@@ -80,6 +98,10 @@ func (s *Server) Authorized(r *http.Request) bool {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.hosts.allowed(r.Host) {
+		misdirected(w)
+		return
+	}
 	s.mu.RLock()
 	pub, api, session := s.pub, s.api, s.session
 	s.mu.RUnlock()

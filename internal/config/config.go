@@ -5,7 +5,11 @@
 // It must never compile policy itself (hostpolicy does) nor touch the network.
 package config
 
-import "time"
+import (
+	"time"
+
+	"github.com/netproxy/netproxy/approvalsvc/settings"
+)
 
 // Config is the whole netproxy configuration. Every key a file leaves out
 // takes the embedded default's value.
@@ -72,6 +76,23 @@ type Approvals struct {
 	Policy   string   `toml:"policy"`   // never | on-request | untrusted | granular[:flags]
 	Timeout  Duration `toml:"timeout"`
 	Hooks    []Hook   `toml:"hooks"`
+	// MaxPending and MaxPendingPerSession bound the reviews in progress
+	// (SPEC §5): past them a request is denied with approvals_overloaded.
+	MaxPending           int `toml:"max_pending"`
+	MaxPendingPerSession int `toml:"max_pending_per_session"`
+}
+
+// Settings maps [approvals] onto the approval service's own settings type;
+// the service validates them (settings.Validate), not this package.
+func (a Approvals) Settings() settings.Settings {
+	s := settings.Settings{
+		Enabled: a.Enabled, Reviewer: a.Reviewer, Policy: a.Policy, Timeout: a.Timeout.Duration,
+		MaxPending: a.MaxPending, MaxPendingPerSession: a.MaxPendingPerSession,
+	}
+	for _, h := range a.Hooks {
+		s.Hooks = append(s.Hooks, settings.Hook{Command: append([]string(nil), h.Command...), Timeout: h.Timeout.Duration})
+	}
+	return s
 }
 
 type Hook struct {
@@ -90,6 +111,10 @@ type Guardian struct {
 
 type Admin struct {
 	TokenEnv string `toml:"token_env"`
+	// AllowedHosts are names, besides loopback literals and localhost, that
+	// a request's Host header may carry on the admin listener (SPEC §7.3);
+	// any other Host is answered 421.
+	AllowedHosts []string `toml:"allowed_hosts"`
 }
 
 type Audit struct {

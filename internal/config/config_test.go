@@ -31,7 +31,8 @@ func TestDefaultMatchesSpec(t *testing.T) {
 	if !c.Network.Enabled || c.Network.Mode != "full" || c.Network.AllowLocalBinding || len(c.Network.Domains) != 0 || len(c.Network.DomainFiles) != 0 {
 		t.Errorf("network defaults: %+v", c.Network)
 	}
-	if !c.Approvals.Enabled || c.Approvals.Reviewer != "user" || c.Approvals.Policy != "on-request" || c.Approvals.Timeout.Duration != 120*time.Second {
+	if !c.Approvals.Enabled || c.Approvals.Reviewer != "user" || c.Approvals.Policy != "on-request" || c.Approvals.Timeout.Duration != 120*time.Second ||
+		c.Approvals.MaxPending != 1000 || c.Approvals.MaxPendingPerSession != 100 {
 		t.Errorf("approvals defaults: %+v", c.Approvals)
 	}
 	if c.DNS.Timeout.Duration != 2*time.Second || c.Limits.MaxConnections != 10000 || c.Limits.IdleTimeout.Duration != 5*time.Minute || c.Admin.TokenEnv != "NETPROXY_ADMIN_TOKEN" {
@@ -113,6 +114,11 @@ func TestErrorsNameKeysAndLines(t *testing.T) {
 		{"guardian needs script", "[approvals]\nreviewer = \"guardian\"\n", []string{"guardian.script"}},
 		{"guardian webhook url", "[approvals]\nreviewer = \"guardian\"\n[guardian]\nbackend = \"webhook\"\n", []string{"guardian.url"}},
 		{"zero timeout", "[approvals]\ntimeout = \"0s\"\n", []string{"approvals.timeout"}},
+		{"zero max_pending", "[approvals]\nmax_pending = 0\n", []string{"np.toml:2", "approvals.max_pending", "positive"}},
+		{"per-session over total", "[approvals]\nmax_pending = 10\nmax_pending_per_session = 11\n", []string{"np.toml:3", "approvals.max_pending_per_session", "exceeds"}},
+		{"negative per-session", "[approvals]\nmax_pending_per_session = -1\n", []string{"approvals.max_pending_per_session"}},
+		{"allowed host with port", "[admin]\nallowed_hosts = [\"ok.test\", \"np.example:9091\"]\n", []string{"np.toml:2", "admin.allowed_hosts[1]", "np.example:9091"}},
+		{"allowed host wildcard", "[admin]\nallowed_hosts = [\"*.example\"]\n", []string{"admin.allowed_hosts[0]"}},
 		{"dns host ip", "[dns.hosts]\n\"svc.test\" = [\"nope\"]\n", []string{`dns.hosts."svc.test"[0]`}},
 		{"dns host type", "[dns.hosts]\n\"svc.test\" = \"1.2.3.4\"\n", []string{`dns.hosts."svc.test"`, "np.toml:2"}},
 		{"domain file decision", "[[network.domain_files]]\npath = \"x\"\ndecision = \"maybe\"\n", []string{"np.toml:3", "network.domain_files[0].decision"}},

@@ -21,7 +21,7 @@ import (
 	"github.com/pelletier/go-toml/v2/unstable"
 
 	"github.com/netproxy/netproxy/configs"
-	"github.com/netproxy/netproxy/execcore/approvalpolicy"
+	"github.com/netproxy/netproxy/internal/admin"
 	"github.com/netproxy/netproxy/hostpolicy/hostname"
 )
 
@@ -545,24 +545,12 @@ func validate(c *Config, file string) []error {
 		}
 	}
 
-	switch c.Approvals.Reviewer {
-	case "user", "guardian":
-	default:
-		bad("approvals.reviewer", `%q is not "user" or "guardian"`, c.Approvals.Reviewer)
+	for _, e := range c.Approvals.Settings().Validate() {
+		bad("approvals."+e.Key, "%s", e.Msg)
 	}
-	if _, err := approvalpolicy.Parse(c.Approvals.Policy); err != nil {
-		bad("approvals.policy", "%v", err)
-	}
-	if c.Approvals.Timeout.Duration <= 0 {
-		bad("approvals.timeout", `must be a positive duration such as "120s"`)
-	}
-	for i, h := range c.Approvals.Hooks {
-		key := fmt.Sprintf("approvals.hooks[%d]", i)
-		if len(h.Command) == 0 || h.Command[0] == "" {
-			bad(key+".command", `missing; give the argv of the hook, e.g. ["/usr/local/bin/hook"]`)
-		}
-		if h.Timeout.Duration < 0 {
-			bad(key+".timeout", "must not be negative")
+	for i, h := range c.Admin.AllowedHosts {
+		if err := admin.CheckAllowedHost(h); err != nil {
+			bad(fmt.Sprintf("admin.allowed_hosts[%d]", i), "%v", err)
 		}
 	}
 
