@@ -21,8 +21,8 @@ import (
 	"github.com/pelletier/go-toml/v2/unstable"
 
 	"github.com/netproxy/netproxy/configs"
-	"github.com/netproxy/netproxy/internal/admin"
 	"github.com/netproxy/netproxy/hostpolicy/hostname"
+	"github.com/netproxy/netproxy/internal/admin"
 )
 
 // Error is one configuration problem: where it is and what to do.
