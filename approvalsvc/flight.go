@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 )
 
 // result is a finished review as every waiter sees it.
@@ -17,6 +18,9 @@ type result struct {
 	rationale  string
 	risk       string
 	persisted  bool
+	// overloaded says no review was opened: max_pending or
+	// max_pending_per_session was reached (reason approvals_overloaded).
+	overloaded bool
 }
 
 type flight struct {
@@ -29,7 +33,13 @@ type flight struct {
 // await joins the review in flight for key or starts one. check runs under
 // the flight lock before a new review starts, so a request that races with
 // the end of a review sees the cache that review filled. The review runs on
-// the service's context: a waiter that gives up never aborts it for others.
+// the service's context: a waiter that gives up never aborts it for others,
+// and the review keeps its slot (it stays decidable) until it ends.
+//
+// Reviews in progress are bounded (SPEC §5): a request that would open one
+// more than maxPending in all, or than maxPerSession in its session, opens
+// none and gets an overloaded denial at once. Joining a review already in
+// flight is always allowed: it adds no review.
 func (s *Service) await(ctx context.Context, key cacheKey, ownerID string, check func() (result, bool), run func(ctx context.Context, f *flight) result) result {
 	s.flightMu.Lock()
 	f, ok := s.flights[key]
@@ -38,8 +48,13 @@ func (s *Service) await(ctx context.Context, key cacheKey, ownerID string, check
 			s.flightMu.Unlock()
 			return r
 		}
+		if r, full := s.overloaded(key.session); full {
+			s.flightMu.Unlock()
+			return r
+		}
 		f = &flight{done: make(chan struct{}), owners: map[string]struct{}{}}
 		s.flights[key] = f
+		s.inSession[key.session]++
 	}
 	if ownerID != "" {
 		f.owners[ownerID] = struct{}{}
@@ -51,6 +66,11 @@ func (s *Service) await(ctx context.Context, key cacheKey, ownerID string, check
 			r := run(s.ctx, f)
 			s.flightMu.Lock()
 			delete(s.flights, key)
+			if n := s.inSession[key.session] - 1; n > 0 {
+				s.inSession[key.session] = n
+			} else {
+				delete(s.inSession, key.session)
+			}
 			f.res = r
 			s.flightMu.Unlock()
 			close(f.done)
@@ -83,4 +103,30 @@ func newID() string {
 		panic(err)
 	}
 	return "apv_" + hex.EncodeToString(b[:])
+}
+
+// overloaded reports whether one more review in session would pass a bound,
+// and the denial to answer then. Call with flightMu held.
+func (s *Service) overloaded(session string) (result, bool) {
+	var why string
+	switch {
+	case len(s.flights) >= s.maxPending:
+		why = fmt.Sprintf("%d reviews are pending (approvals.max_pending); try again once the reviewer has decided some", len(s.flights))
+	case s.inSession[session] >= s.maxPerSession:
+		why = fmt.Sprintf("%d reviews are pending in this session (approvals.max_pending_per_session); try again once the reviewer has decided some", s.inSession[session])
+	default:
+		return result{}, false
+	}
+	return result{outcome: OutcomeDeny, reviewer: byPolicy, rationale: "approvals_overloaded: " + why, overloaded: true}, true
+}
+
+// PendingReviews returns the reviews in progress: in all and per session.
+func (s *Service) PendingReviews() (total int, perSession map[string]int) {
+	s.flightMu.Lock()
+	defer s.flightMu.Unlock()
+	perSession = make(map[string]int, len(s.inSession))
+	for k, v := range s.inSession {
+		perSession[k] = v
+	}
+	return len(s.flights), perSession
 }

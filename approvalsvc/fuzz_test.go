@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-
-	"github.com/netproxy/netproxy/internal/config"
 )
 
 // FuzzControlRequest feeds arbitrary bodies to POST /v1/approvals. No human
@@ -20,7 +18,7 @@ func FuzzControlRequest(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	svc, err := New(Options{Config: config.Approvals{Enabled: true, Policy: "on-request", Reviewer: "user"}, UserReviewer: false, HookEnv: []string{}})
+	svc, err := New(Options{Settings: Settings{Enabled: true, Policy: "on-request", Reviewer: "user"}, UserReviewer: false, HookEnv: []string{}})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -43,7 +41,7 @@ func FuzzDecisionBody(f *testing.F) {
 	for _, s := range []string{`{"decision":"allow_once"}`, `{"decision":"allow_always","host":"x"}`, `{}`, `{"decision":1}`} {
 		f.Add([]byte(s))
 	}
-	svc, err := New(Options{Config: config.Approvals{Enabled: true}, HookEnv: []string{}})
+	svc, err := New(Options{Settings: Settings{Enabled: true}, HookEnv: []string{}})
 	if err != nil {
 		f.Fatal(err)
 	}

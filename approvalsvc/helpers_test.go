@@ -29,7 +29,7 @@ type rig struct {
 
 type rigOpt func(*Options)
 
-func withConfig(f func(*config.Approvals)) rigOpt { return func(o *Options) { f(&o.Config) } }
+func withConfig(f func(*Settings)) rigOpt { return func(o *Options) { f(&o.Settings) } }
 
 // newRig builds the service. The policy denies denied.test, allows
 // allowed.test; local.test resolves to 127.0.0.1; everything else to a
@@ -39,7 +39,7 @@ func newRig(t testing.TB, opts ...rigOpt) *rig {
 	dir := t.TempDir()
 	r := &rig{t: t, reg: attribution.NewRegistry(), dir: dir, rules: filepath.Join(dir, "rules", "default.rules")}
 	o := Options{
-		Config:       config.Approvals{Enabled: true, Reviewer: "user", Policy: "on-request", Timeout: config.Duration{Duration: 30 * time.Second}},
+		Settings:     Settings{Enabled: true, Reviewer: "user", Policy: "on-request", Timeout: 30 * time.Second},
 		UserReviewer: true,
 		Owners:       r.reg,
 		Publisher:    r.reg,
@@ -157,9 +157,9 @@ func hookScript(t *testing.T, body string) (path string, calls func() int) {
 }
 
 func withHooks(timeout time.Duration, cmds ...string) rigOpt {
-	return withConfig(func(c *config.Approvals) {
+	return withConfig(func(c *Settings) {
 		for _, p := range cmds {
-			c.Hooks = append(c.Hooks, config.Hook{Command: []string{p}, Timeout: config.Duration{Duration: timeout}})
+			c.Hooks = append(c.Hooks, Hook{Command: []string{p}, Timeout: timeout})
 		}
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/netproxy/netproxy/approvalsvc/settings"
 	"github.com/netproxy/netproxy/guardian"
 )
 
@@ -23,10 +24,7 @@ const DefaultHookTimeout = 5 * time.Second
 const maxHookOutput = 64 << 10
 
 // Hook is one external command consulted before any reviewer.
-type Hook struct {
-	Command []string
-	Timeout time.Duration
-}
+type Hook = settings.Hook
 
 // HookAnswer is a hook's reply: {"decision":"allow"|"deny"|"none","message":…}.
 type HookAnswer struct {

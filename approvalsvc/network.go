@@ -78,11 +78,20 @@ func toDecision(base hostpolicy.Decision, r result) hostpolicy.Decision {
 	return d
 }
 
+// ReasonOverloaded is the reason of a request denied because no more
+// reviews may be opened (SPEC §5: approvals.max_pending and
+// approvals.max_pending_per_session).
+const ReasonOverloaded hostpolicy.Reason = "approvals_overloaded"
+
 // denyDecision is how every reviewer denial looks to the client: reason
-// not_allowed, decision deny, source decider.
+// not_allowed (approvals_overloaded when no review could be opened),
+// decision deny, source decider.
 func denyDecision(base hostpolicy.Decision, r result) hostpolicy.Decision {
 	d := base
 	d.Verdict, d.Reason, d.Source = hostpolicy.Deny, hostpolicy.ReasonNotAllowed, hostpolicy.SourceDecider
+	if r.overloaded {
+		d.Reason = ReasonOverloaded
+	}
 	d.ApprovalID, d.Override, d.Rationale = r.approvalID, overrideLabel(r), r.rationale
 	return d
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/netproxy/netproxy/execcore/execpolicy"
 	"github.com/netproxy/netproxy/guardian"
 	"github.com/netproxy/netproxy/hostpolicy"
-	"github.com/netproxy/netproxy/internal/config"
 	"github.com/netproxy/netproxy/internal/observe"
 	"github.com/netproxy/netproxy/metrics/audit"
 )
@@ -134,7 +133,7 @@ func TestAmendmentHostMustMatch(t *testing.T) {
 }
 
 func TestUserReviewTimeoutDenies(t *testing.T) {
-	r := newRig(t, withConfig(func(c *config.Approvals) { c.Timeout = config.Duration{Duration: 150 * time.Millisecond} }))
+	r := newRig(t, withConfig(func(c *Settings) { c.Timeout = 150 * time.Millisecond }))
 	start := time.Now()
 	d := r.eval(context.Background(), hostpolicy.Request{Host: "alpha.test"})
 	if d.Allowed() || d.Override != "user:timeout" || time.Since(start) < 150*time.Millisecond {
@@ -165,7 +164,7 @@ def review(request):
 	if err != nil {
 		t.Fatal(err)
 	}
-	useGuardian := func(o *Options) { o.Guardian = g; o.Config.Reviewer = "guardian" }
+	useGuardian := func(o *Options) { o.Guardian = g; o.Settings.Reviewer = "guardian" }
 	r := newRig(t, useGuardian)
 	e := r.register("s", "env")
 	events, cancel, _ := r.reg.Subscribe(e.ID)
@@ -183,7 +182,7 @@ def review(request):
 		t.Fatalf("guardian deny event %+v", ev)
 	}
 	// untrusted routes to the user even with reviewer guardian.
-	r2 := newRig(t, useGuardian, withConfig(func(c *config.Approvals) { c.Policy = "untrusted" }))
+	r2 := newRig(t, useGuardian, withConfig(func(c *Settings) { c.Policy = "untrusted" }))
 	ch := r2.goEval(hostpolicy.Request{Host: "alpha.test"})
 	a := r2.waitPending("alpha.test")
 	r2.svc.DecideApproval(a.ID, OutcomeDeny, "")
@@ -212,7 +211,7 @@ func TestGuardianFailuresDeny(t *testing.T) {
 	}))
 	defer srv.Close()
 	g, _ := guardian.NewWebhook(srv.URL, guardian.WebhookOptions{Timeout: 200 * time.Millisecond})
-	r := newRig(t, func(o *Options) { o.Guardian = g; o.Config.Reviewer = "guardian" })
+	r := newRig(t, func(o *Options) { o.Guardian = g; o.Settings.Reviewer = "guardian" })
 	for host, outcome := range map[string]string{"alpha.test": "guardian:timeout", "bravo.test": "guardian:error", "charlie.test": "guardian:error"} {
 		d := r.eval(context.Background(), hostpolicy.Request{Host: host})
 		if d.Allowed() || d.Override != outcome || !strings.HasPrefix(d.Rationale, "guardian: ") {

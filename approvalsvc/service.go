@@ -22,16 +22,20 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"github.com/netproxy/netproxy/approvalsvc/settings"
 	"github.com/netproxy/netproxy/attribution"
 	"github.com/netproxy/netproxy/guardian"
-	"github.com/netproxy/netproxy/internal/config"
 )
 
 // DefaultSession is where unattributed requests belong (SPEC §4.3).
 const DefaultSession = attribution.DefaultSession
 
-// DefaultReviewTimeout bounds a human review when the config gives none.
-const DefaultReviewTimeout = 120 * time.Second
+// DefaultReviewTimeout bounds a human review when the settings give none.
+const DefaultReviewTimeout = settings.DefaultReviewTimeout
+
+// Settings are the service's own settings (internal/config maps the
+// [approvals] table onto them); settings.Settings.Validate checks them.
+type Settings = settings.Settings
 
 // Reviewer labels used in outcomes, metrics and the audit.
 const (
@@ -42,11 +46,11 @@ const (
 	byPolicy   = "policy"
 )
 
-// Options configures a Service. Only Config is required; every dependency
-// may be nil (then its effect is skipped, and for reviewers the request is
-// denied: fail closed).
+// Options configures a Service. Only Settings is required (zero fields take
+// their defaults); every dependency may be nil (then its effect is skipped,
+// and for reviewers the request is denied: fail closed).
 type Options struct {
-	Config config.Approvals
+	Settings Settings
 	// Guardian is the automated reviewer; nil makes guardian-routed reviews
 	// deny ("no reviewer reachable").
 	Guardian guardian.Reviewer
@@ -86,6 +90,10 @@ type Service struct {
 	hooks    []Hook
 	hookEnv  []string
 
+	// maxPending and maxPerSession bound the reviews in progress (SPEC §5).
+	maxPending    int
+	maxPerSession int
+
 	guardian     guardian.Reviewer
 	userReviewer bool
 	owners       Owners
@@ -101,8 +109,9 @@ type Service struct {
 	sessMu    sync.Mutex
 	sessions  *lru.Cache[string, *session]
 
-	flightMu sync.Mutex
-	flights  map[cacheKey]*flight
+	flightMu  sync.Mutex
+	flights   map[cacheKey]*flight
+	inSession map[string]int // reviews in progress per session
 
 	persistMu sync.Mutex // serialises amendments (live list + rules file)
 
@@ -116,24 +125,21 @@ type Service struct {
 
 // New builds a Service from opts. Configuration errors name their key.
 func New(opts Options) (*Service, error) {
-	pol, err := ParsePolicy(opts.Config.Policy)
+	cfg := opts.Settings.WithDefaults()
+	if errs := cfg.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("approvals.%s", errs[0].Error())
+	}
+	pol, err := ParsePolicy(cfg.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("approvals.policy: %v", err)
 	}
-	rev, err := ParseReviewer(opts.Config.Reviewer)
+	rev, err := ParseReviewer(cfg.Reviewer)
 	if err != nil {
 		return nil, fmt.Errorf("approvals.reviewer: %v", err)
 	}
-	timeout := opts.Config.Timeout.Duration
-	if timeout <= 0 {
-		timeout = DefaultReviewTimeout
-	}
-	var hooks []Hook
-	for i, h := range opts.Config.Hooks {
-		if len(h.Command) == 0 || h.Command[0] == "" {
-			return nil, fmt.Errorf("approvals.hooks[%d].command: must name a program", i)
-		}
-		hooks = append(hooks, Hook{Command: append([]string(nil), h.Command...), Timeout: h.Timeout.Duration})
+	hooks := make([]Hook, 0, len(cfg.Hooks))
+	for _, h := range cfg.Hooks {
+		hooks = append(hooks, Hook{Command: append([]string(nil), h.Command...), Timeout: h.Timeout})
 	}
 	if opts.CacheSize <= 0 {
 		opts.CacheSize = 4096
@@ -158,7 +164,8 @@ func New(opts Options) (*Service, error) {
 		env = filterEnv(os.Environ(), opts.SecretEnv)
 	}
 	s := &Service{
-		enabled: opts.Config.Enabled, policy: pol, reviewer: rev, timeout: timeout, hooks: hooks, hookEnv: env,
+		enabled: cfg.Enabled, policy: pol, reviewer: rev, timeout: cfg.Timeout, hooks: hooks, hookEnv: env,
+		maxPending: cfg.MaxPending, maxPerSession: cfg.MaxPendingPerSession, inSession: map[string]int{},
 		guardian: opts.Guardian, userReviewer: opts.UserReviewer, owners: opts.Owners, publisher: opts.Publisher,
 		amender: opts.Amender, rules: opts.Rules, metrics: opts.Metrics, audit: opts.Audit, log: log, now: now,
 		cacheSize: opts.CacheSize, sessions: sessions, flights: map[cacheKey]*flight{},

@@ -12,7 +12,6 @@ import (
 	"github.com/netproxy/netproxy/attribution"
 	"github.com/netproxy/netproxy/guardian"
 	"github.com/netproxy/netproxy/hostpolicy"
-	"github.com/netproxy/netproxy/internal/config"
 )
 
 // Only not_allowed reaches the service: no hook, cache, reviewer or earlier
@@ -224,7 +223,7 @@ func TestDenyCacheBeforeAllowCache(t *testing.T) {
 func TestSingleFlightOneReviewerCall(t *testing.T) {
 	var calls, release = make(chan struct{}, 1000), make(chan struct{})
 	rev := &gatedReviewer{calls: calls, release: release}
-	r := newRig(t, func(o *Options) { o.Guardian = rev; o.Config.Reviewer = "guardian" })
+	r := newRig(t, func(o *Options) { o.Guardian = rev; o.Settings.Reviewer = "guardian" })
 	const n = 100
 	var wg sync.WaitGroup
 	results := make(chan hostpolicy.Decision, n)
@@ -305,9 +304,9 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestFailClosedGates(t *testing.T) {
 	hook, calls := countingHook(t, `{"decision":"allow"}`)
 	cases := map[string]rigOpt{
-		"policy never":        withConfig(func(c *config.Approvals) { c.Policy = "never" }),
-		"approvals disabled":  withConfig(func(c *config.Approvals) { c.Enabled = false }),
-		"no guardian":         withConfig(func(c *config.Approvals) { c.Reviewer = "guardian" }),
+		"policy never":        withConfig(func(c *Settings) { c.Policy = "never" }),
+		"approvals disabled":  withConfig(func(c *Settings) { c.Enabled = false }),
+		"no guardian":         withConfig(func(c *Settings) { c.Reviewer = "guardian" }),
 		"no human reviewer":   func(o *Options) { o.UserReviewer = false },
 		"registration narrow": nil,
 	}
@@ -361,7 +360,7 @@ func TestNarrowing(t *testing.T) {
 	if _, err := ParsePolicy("granular:bogus"); err == nil {
 		t.Error("bad granular flag accepted")
 	}
-	if _, err := New(Options{Config: config.Approvals{Policy: "sometimes"}}); err == nil || !strings.Contains(err.Error(), "approvals.policy") {
+	if _, err := New(Options{Settings: Settings{Policy: "sometimes"}}); err == nil || !strings.Contains(err.Error(), "approvals.policy") {
 		t.Errorf("bad policy: %v", err)
 	}
 }

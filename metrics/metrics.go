@@ -71,7 +71,7 @@ type Metrics struct {
 var (
 	protocolValues    = set("http", "https", "socks5-tcp")
 	decisionValues    = set("allow", "deny", "ask")
-	reasonValues      = set("denied", "not_allowed", "not_allowed_local", "method_not_allowed", "mitm_required", "mitm_hook_denied", "proxy_disabled", "attribution_rejected", "policy_denied")
+	reasonValues      = set("denied", "not_allowed", "not_allowed_local", "method_not_allowed", "mitm_required", "mitm_hook_denied", "proxy_disabled", "attribution_rejected", "policy_denied", "approvals_overloaded")
 	sourceValues      = set("baseline_policy", "decider", "mode_guard", "proxy_state")
 	approvalKinds     = set("network", "exec")
 	reviewerValues    = set("user", "guardian", "hook", "cache", "policy")
@@ -99,6 +99,8 @@ var commonDecisions = [][3]string{
 	// The kill switch (network.enabled = false): an alert on its rate must
 	// see the first minute after the switch is thrown.
 	{"deny", "proxy_disabled", "proxy_state"},
+	// Bounded pending reviews (approvals.max_pending): a flood shows here.
+	{"deny", "approvals_overloaded", "decider"},
 }
 
 // New builds the metrics on a fresh registry. maxHostLabels bounds the number

@@ -16,7 +16,6 @@ import (
 	"github.com/netproxy/netproxy/approvalsvc"
 	"github.com/netproxy/netproxy/hostpolicy"
 	"github.com/netproxy/netproxy/internal/admin"
-	"github.com/netproxy/netproxy/internal/config"
 	"github.com/netproxy/netproxy/internal/webui"
 )
 
@@ -39,7 +38,7 @@ func newTestQueue(t *testing.T) *testQueue {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	svc, err := approvalsvc.New(approvalsvc.Options{
-		Config:       config.Approvals{Enabled: true, Reviewer: "user", Policy: "on-request", Timeout: config.Duration{Duration: time.Minute}},
+		Settings:     approvalsvc.Settings{Enabled: true, Reviewer: "user", Policy: "on-request", Timeout: time.Minute},
 		UserReviewer: true,
 	})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/netproxy/netproxy/approvalsvc"
 	"github.com/netproxy/netproxy/internal/config"
 	"github.com/netproxy/netproxy/internal/logging"
 	"github.com/netproxy/netproxy/internal/observe"
@@ -84,7 +85,11 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			s.HandleControl(metrics.ExecDecisionPath, metrics.ExecDecisionHandler(meter, auditW))
 			// The approval service is built on the server's registry and
 			// engine; the web UI relays its events, so it comes second.
-			approvals, err := setupApprovals(s)
+			var auditor approvalsvc.Auditor
+			if auditW != nil { // a nil *audit.Writer must not become a non-nil interface
+				auditor = auditW
+			}
+			approvals, err := setupApprovals(s, auditor)
 			if err != nil {
 				return err
 			}

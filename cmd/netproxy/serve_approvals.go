@@ -16,7 +16,10 @@ import (
 // and the blocked-request ring. With approvals disabled only the blocked
 // list and the (empty) approvals list are served, and POST /v1/approvals
 // denies.
-func setupApprovals(s *server.Server) (*approvalsvc.Service, error) {
+//
+// auditor is the audit writer (nil when audit.path is empty); it is handed
+// in explicitly rather than found among the server's sinks.
+func setupApprovals(s *server.Server, auditor approvalsvc.Auditor) (*approvalsvc.Service, error) {
 	cfg := s.Config()
 	var rev guardian.Reviewer
 	if cfg.Approvals.Enabled && cfg.Approvals.Reviewer == approvalsvc.ReviewerGuardian {
@@ -29,15 +32,9 @@ func setupApprovals(s *server.Server) (*approvalsvc.Service, error) {
 			return nil, err
 		}
 	}
-	var auditor approvalsvc.Auditor
-	for _, sink := range s.Sinks() {
-		if a, ok := sink.(approvalsvc.Auditor); ok {
-			auditor = a
-		}
-	}
 	engine := s.Engine()
 	svc, err := approvalsvc.New(approvalsvc.Options{
-		Config:   cfg.Approvals,
+		Settings: cfg.Approvals.Settings(),
 		Guardian: rev,
 		// The admin API always has a token (generated when none is set), so
 		// a human can always be reached through it.
