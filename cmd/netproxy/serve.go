@@ -111,9 +111,16 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "netproxy: SOCKS5 proxy on %s\n", a.SOCKS5)
 	fmt.Fprintf(stdout, "netproxy: admin on http://%s (healthz, readyz, metrics, /api/*)\n", a.Admin)
 	fmt.Fprintf(stdout, "netproxy: control socket %s\n", a.Control)
-	fmt.Fprintf(stdout, "netproxy: approvals page %s\n", srv.ApprovalsURL())
 	if srv.AdminTokenGenerated() {
-		fmt.Fprintf(stdout, "netproxy: no token in $%s; generated one for this run (it is in the approvals page link)\n", cfg.Admin.TokenEnv)
+		// SPEC §7.3: a generated token is printed only to a terminal.
+		if err := announceToken(stdout, isTerminal(stdout), config.HomeDir(), cfg.Admin.TokenEnv, a.Admin, srv.AdminToken()); err != nil {
+			fmt.Fprintf(stderr, "netproxy serve: %v\n", err)
+			closeApprovals()
+			shutdown(srv, nil, logger)
+			return 1
+		}
+	} else {
+		fmt.Fprintf(stdout, "netproxy: approvals page %s\n", srv.ApprovalsURL())
 	}
 	logger.Info("netproxy serving", "http", a.HTTP, "socks5", a.SOCKS5, "admin", a.Admin, "control", a.Control)
 	if !srv.Engine().Enabled() {

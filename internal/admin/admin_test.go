@@ -51,6 +51,7 @@ func TestEmptyTokenLocksAPI(t *testing.T) {
 	s.HandleAPI("GET /api/x", http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest("GET", "/api/x", nil)
+	req.Host = "127.0.0.1:9091"
 	req.Header.Set("Authorization", "Bearer ")
 	s.ServeHTTP(rec, req)
 	if rec.Code != 401 {

@@ -99,7 +99,7 @@ func HostOfHeader(v string) (string, error) {
 			return "", fmt.Errorf("character %q is not allowed in a Host header", c)
 		}
 	}
-	if strings.Contains(host, "..") || host[0] == '.' {
+	if strings.Contains(host, "..") || host[0] == '.' || host[len(host)-1] == '.' {
 		return "", errors.New("empty label in Host header")
 	}
 	return host, nil

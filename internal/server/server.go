@@ -147,7 +147,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		}
 		s.token, s.tokenGen = hex.EncodeToString(b[:]), true
 	}
-	s.admin = admin.New(s.token)
+	s.admin = admin.New(s.token, admin.AllowedHosts(cfg.Admin.AllowedHosts))
 	s.admin.Handle("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok\n"))
