@@ -17,7 +17,7 @@ func TestHostCheck(t *testing.T) {
 		"localhost:9091": 200, "LOCALHOST": 200, "localhost.:9091": 200,
 		"netproxy.internal": 200, "netproxy.internal.:80": 200, "10.0.0.7:9091": 200, "[fd00::7]:9091": 200,
 		"[::ffff:127.0.0.1]:9091": 200,
-		"": 421, "evil.test": 421, "evil.test:9091": 421, "rebind.attacker.example:9091": 421,
+		"":                        421, "evil.test": 421, "evil.test:9091": 421, "rebind.attacker.example:9091": 421,
 		"localhost.evil.test": 421, "127.0.0.1.evil.test": 421, "10.0.0.8": 421, "0.0.0.0:9091": 421,
 		"2130706433": 421, "127.1": 421, "[127.0.0.1]": 421, "::1": 421, "localhost:99999": 421,
 		"localhost:": 421, "local host": 421, "xn--bcher-kva.example": 421, "[fe80::1%25lo]:1": 421,
