@@ -449,20 +449,24 @@ func TestBrowserCLIReviewer(t *testing.T) {
 	}
 }
 
-// TestBrowserGeneratedTokenLink: with no token configured, serve generates
-// one and prints the page link that signs in with it.
+// TestBrowserGeneratedTokenLink: with no token configured and a terminal
+// on stdout, serve generates one and prints the page link that signs in
+// with it (without a terminal it goes to a file: TestAdminGeneratedTokenGoesToFile).
 func TestBrowserGeneratedTokenLink(t *testing.T) {
 	p := WriteProxyConfig(t, ProxyConfig{AllowLocal: true, Approvals: true})
 	p.Token = "" // the token variable is set but empty: serve must generate one
-	p.Start(t)
+	out := startOnTerminal(t, p)
+	if _, err := os.Stat(filepath.Join(p.Home, "admin-token")); !os.IsNotExist(err) {
+		t.Fatalf("on a terminal the token must not be written to a file: %v", err)
+	}
 	var link string
-	for _, line := range strings.Split(p.Output.String(), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		if i := strings.Index(line, "http://"+p.Admin+"/#token="); i >= 0 {
 			link = strings.TrimSpace(line[i:])
 		}
 	}
 	if link == "" {
-		t.Fatalf("serve printed no approvals link with a token:\n%s", p.Output.String())
+		t.Fatalf("serve printed no approvals link with a token on a terminal:\n%s", out)
 	}
 	token := link[strings.Index(link, "#token=")+len("#token="):]
 	if len(token) < 32 {
