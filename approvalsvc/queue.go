@@ -38,7 +38,10 @@ const (
 // recentCapacity bounds the decided approvals kept for GET /api/approvals.
 const recentCapacity = 200
 
-// Approval is one entry of GET /api/approvals (SPEC §7.3).
+// Approval is the one wire type of an approval (SPEC §7.3): the service
+// serialises it for GET /api/approvals, the approval_created and
+// approval_decided SSE events and so the page's data, and the CLI client
+// (internal/webui) decodes it back into this same type.
 type Approval struct {
 	ID            string   `json:"id"`
 	Kind          string   `json:"kind"`

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/netproxy/netproxy/approvalsvc"
 	"github.com/netproxy/netproxy/internal/webui"
 )
 
@@ -192,7 +193,7 @@ func (c *approvalsCLI) list(ctx context.Context, client *webui.Client, asJSON bo
 	sortApprovalsNewestFirst(list)
 	if asJSON {
 		if list == nil {
-			list = []webui.Approval{}
+			list = []approvalsvc.Approval{}
 		}
 		return writeIndentedJSON(c.stdout, map[string]any{"approvals": list})
 	}
@@ -203,15 +204,15 @@ func (c *approvalsCLI) list(ctx context.Context, client *webui.Client, asJSON bo
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tAGE\tKIND\tTARGET\tPROTOCOL\tSESSION\tENV\tCOMMAND")
 	for _, a := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, c.ago(a.Created()), dashIfEmpty(a.Kind), a.Target(),
-			dashIfEmpty(a.Protocol), dashIfEmpty(a.SessionID), dashIfEmpty(a.EnvironmentID), clipText(dashIfEmpty(a.CommandText()), 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, c.ago(webui.Created(a)), dashIfEmpty(a.Kind), webui.Target(a),
+			dashIfEmpty(a.Protocol), dashIfEmpty(a.SessionID), dashIfEmpty(a.EnvironmentID), clipText(dashIfEmpty(webui.CommandText(a)), 60))
 	}
 	return tw.Flush()
 }
 
-func sortApprovalsNewestFirst(list []webui.Approval) {
+func sortApprovalsNewestFirst(list []approvalsvc.Approval) {
 	for i := 1; i < len(list); i++ {
-		for j := i; j > 0 && list[j].Created().After(list[j-1].Created()); j-- {
+		for j := i; j > 0 && webui.Created(list[j]).After(webui.Created(list[j-1])); j-- {
 			list[j], list[j-1] = list[j-1], list[j]
 		}
 	}
@@ -244,21 +245,21 @@ func (c *approvalsCLI) show(ctx context.Context, client *webui.Client, id string
 }
 
 // printApproval writes the full context of one approval.
-func (c *approvalsCLI) printApproval(a webui.Approval, indent string) {
+func (c *approvalsCLI) printApproval(a approvalsvc.Approval, indent string) {
 	rows := [][2]string{
 		{"id", a.ID},
 		{"status", a.Status},
 		{"kind", a.Kind},
-		{"target", a.Target()},
+		{"target", webui.Target(a)},
 		{"protocol", a.Protocol},
 		{"reason", a.Reason},
-		{"command", a.CommandText()},
+		{"command", webui.CommandText(a)},
 		{"cwd", a.Cwd},
 		{"session", a.SessionID},
 		{"environment", a.EnvironmentID},
 		{"execution", a.ExecutionID},
 		{"created", a.CreatedAt},
-		{"age", c.ago(a.Created())},
+		{"age", c.ago(webui.Created(a))},
 	}
 	if a.Decision != "" {
 		rows = append(rows, [2]string{"decision", a.Decision}, [2]string{"reviewer", a.Reviewer}, [2]string{"decided", a.DecidedAt})
@@ -316,7 +317,7 @@ func (c *approvalsCLI) watch(ctx context.Context, client *webui.Client) error {
 		}
 	}()
 
-	w := &watcher{cli: c, client: client, seen: map[string]bool{}, pending: map[string]webui.Approval{}}
+	w := &watcher{cli: c, client: client, seen: map[string]bool{}, pending: map[string]approvalsvc.Approval{}}
 	delay := c.retryDelay
 	first := true
 	for {
@@ -371,10 +372,10 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 type watcher struct {
 	cli       *approvalsCLI
 	client    *webui.Client
-	seen      map[string]bool           // ids already printed
-	pending   map[string]webui.Approval // still waiting on the server
-	queue     []string                  // ids to prompt for (tty), oldest first
-	prompting string                    // id of the prompt on screen
+	seen      map[string]bool                 // ids already printed
+	pending   map[string]approvalsvc.Approval // still waiting on the server
+	queue     []string                        // ids to prompt for (tty), oldest first
+	prompting string                          // id of the prompt on screen
 }
 
 // connect opens the stream first, then lists what is already pending, so
@@ -463,14 +464,14 @@ func (w *watcher) handleEvent(ev webui.Event) {
 	out := w.cli.stdout
 	switch ev.Name {
 	case webui.EventApprovalCreated:
-		var a webui.Approval
+		var a approvalsvc.Approval
 		if json.Unmarshal(ev.Data, &a) != nil || a.ID == "" {
 			return
 		}
 		w.created(a)
 		w.promptNext()
 	case webui.EventApprovalDecided:
-		var a webui.Approval
+		var a approvalsvc.Approval
 		if json.Unmarshal(ev.Data, &a) != nil || a.ID == "" {
 			return
 		}
@@ -481,9 +482,9 @@ func (w *watcher) handleEvent(ev webui.Event) {
 		if a.Reviewer != "" {
 			by = " by " + a.Reviewer
 		}
-		target := a.Target()
+		target := webui.Target(a)
 		if p, ok := w.pending[a.ID]; ok && a.Host == "" {
-			target = p.Target()
+			target = webui.Target(p)
 		}
 		fmt.Fprintf(out, "\n[%s] decided %s %s: %s%s\n", w.stamp(), a.ID, target, dashIfEmpty(a.Decision), by)
 		w.drop(a.ID)
@@ -491,13 +492,13 @@ func (w *watcher) handleEvent(ev webui.Event) {
 	case webui.EventBlocked:
 		var b struct {
 			Host, Protocol, Reason, Source, Method string
-			Port                                   int
+			Port                                   uint16
 		}
 		if json.Unmarshal(ev.Data, &b) != nil {
 			return
 		}
-		a := webui.Approval{Host: b.Host, Port: b.Port}
-		fmt.Fprintf(out, "[%s] blocked %s %s %s reason=%s source=%s\n", w.stamp(), a.Target(), dashIfEmpty(b.Protocol), dashIfEmpty(b.Method), b.Reason, b.Source)
+		a := approvalsvc.Approval{Host: b.Host, Port: b.Port}
+		fmt.Fprintf(out, "[%s] blocked %s %s %s reason=%s source=%s\n", w.stamp(), webui.Target(a), dashIfEmpty(b.Protocol), dashIfEmpty(b.Method), b.Reason, b.Source)
 	case webui.EventExecutionStarted, webui.EventExecutionEnded:
 		var e webui.Execution
 		if json.Unmarshal(ev.Data, &e) != nil {
@@ -512,14 +513,14 @@ func (w *watcher) handleEvent(ev webui.Event) {
 }
 
 // created prints a new approval once and queues it for a decision.
-func (w *watcher) created(a webui.Approval) {
+func (w *watcher) created(a approvalsvc.Approval) {
 	if w.seen[a.ID] {
 		return
 	}
 	w.seen[a.ID] = true
 	w.pending[a.ID] = a
 	w.queue = append(w.queue, a.ID)
-	fmt.Fprintf(w.cli.stdout, "\n[%s] approval %s: %s %s (%s)\n", w.stamp(), a.ID, dashIfEmpty(a.Kind), a.Target(), dashIfEmpty(a.Protocol))
+	fmt.Fprintf(w.cli.stdout, "\n[%s] approval %s: %s %s (%s)\n", w.stamp(), a.ID, dashIfEmpty(a.Kind), webui.Target(a), dashIfEmpty(a.Protocol))
 	w.cli.printApproval(a, "    ")
 }
 
@@ -544,7 +545,7 @@ func (w *watcher) promptNext() {
 	id := w.queue[0]
 	w.prompting = id
 	a := w.pending[id]
-	fmt.Fprintf(w.cli.stdout, "decide %s %s? %s: ", id, a.Target(), watchPrompt)
+	fmt.Fprintf(w.cli.stdout, "decide %s %s? %s: ", id, webui.Target(a), watchPrompt)
 }
 
 func (w *watcher) handleLine(ctx context.Context, line string) {

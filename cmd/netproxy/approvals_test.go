@@ -157,7 +157,7 @@ func TestApprovalsListShowDecide(t *testing.T) {
 	}
 
 	code, out, _ = runCLI(t, cliTestToken, "--admin="+q.srv.URL, "list", "--json")
-	var parsed struct{ Approvals []webui.Approval }
+	var parsed struct{ Approvals []approvalsvc.Approval }
 	if code != 0 || json.Unmarshal([]byte(out), &parsed) != nil || len(parsed.Approvals) != 2 {
 		t.Fatalf("list --json: %d %s", code, out)
 	}

@@ -26,48 +26,16 @@ var Decisions = []string{
 // ValidDecision reports whether d is one of Decisions.
 func ValidDecision(d string) bool { return slices.Contains(Decisions, d) }
 
-// Approval is one entry of GET /api/approvals (SPEC §7.3). Command is kept
-// raw because a network approval carries the owner's argv and an exec
-// approval may carry a string.
-type Approval struct {
-	ID            string          `json:"id"`
-	Kind          string          `json:"kind"`
-	Status        string          `json:"status"`
-	SessionID     string          `json:"session_id"`
-	EnvironmentID string          `json:"environment_id"`
-	ExecutionID   string          `json:"execution_id"`
-	Command       json.RawMessage `json:"command,omitempty"`
-	Cwd           string          `json:"cwd"`
-	Host          string          `json:"host"`
-	Protocol      string          `json:"protocol"`
-	Port          int             `json:"port"`
-	Reason        string          `json:"reason"`
-	CreatedAt     string          `json:"created_at"`
-	DecidedAt     string          `json:"decided_at,omitempty"`
-	Decision      string          `json:"decision,omitempty"`
-	Reviewer      string          `json:"reviewer,omitempty"`
-}
+// The admin API's approvals are decoded into approvalsvc.Approval, the one
+// wire type the service serialises for GET /api/approvals, its SSE events
+// and the page's data; the helpers below only present it.
 
-// CommandText renders Command for a terminal: an argv is joined with
-// shell quoting, a string is returned as is.
-func (a Approval) CommandText() string {
-	if len(a.Command) == 0 || string(a.Command) == "null" {
-		return ""
-	}
-	var argv []string
-	if json.Unmarshal(a.Command, &argv) == nil {
-		return ShellJoin(argv)
-	}
-	var s string
-	if json.Unmarshal(a.Command, &s) == nil {
-		return s
-	}
-	return string(a.Command)
-}
+// CommandText renders a's command for a terminal, shell-quoted.
+func CommandText(a approvalsvc.Approval) string { return ShellJoin(a.Command) }
 
 // Target is "host:port" (IPv6 bracketed), or a description for an
 // approval without a host.
-func (a Approval) Target() string {
+func Target(a approvalsvc.Approval) string {
 	if a.Host == "" {
 		if a.Kind == approvalsvc.KindExec {
 			return "command approval"
@@ -84,8 +52,8 @@ func (a Approval) Target() string {
 	return fmt.Sprintf("%s:%d", h, a.Port)
 }
 
-// Created parses CreatedAt; the zero time when absent or malformed.
-func (a Approval) Created() time.Time {
+// Created parses a.CreatedAt; the zero time when absent or malformed.
+func Created(a approvalsvc.Approval) time.Time {
 	t, _ := time.Parse(time.RFC3339Nano, a.CreatedAt)
 	return t
 }
@@ -220,7 +188,7 @@ func clip(s string, n int) string {
 
 // Approvals lists approvals; status "" lists whatever the server returns
 // by default, "pending" only the waiting ones.
-func (c *Client) Approvals(ctx context.Context, status string) ([]Approval, error) {
+func (c *Client) Approvals(ctx context.Context, status string) ([]approvalsvc.Approval, error) {
 	path := "/api/approvals"
 	if status != "" {
 		path += "?status=" + url.QueryEscape(status)
@@ -231,7 +199,7 @@ func (c *Client) Approvals(ctx context.Context, status string) ([]Approval, erro
 	}
 	defer resp.Body.Close()
 	var out struct {
-		Approvals []Approval `json:"approvals"`
+		Approvals []approvalsvc.Approval `json:"approvals"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 32<<20)).Decode(&out); err != nil {
 		return nil, fmt.Errorf("decoding GET %s: %w", path, err)
@@ -240,19 +208,19 @@ func (c *Client) Approvals(ctx context.Context, status string) ([]Approval, erro
 }
 
 // Approval fetches one approval (pending or recently decided) by id.
-func (c *Client) Approval(ctx context.Context, id string) (Approval, error) {
+func (c *Client) Approval(ctx context.Context, id string) (approvalsvc.Approval, error) {
 	resp, err := c.do(ctx, http.MethodGet, "/api/approvals/"+url.PathEscape(id), nil, "application/json")
 	if err != nil {
 		var se *StatusError
 		if errors.As(err, &se) && se.Status == http.StatusNotFound {
-			return Approval{}, fmt.Errorf("no approval with id %q (see `netproxy approvals list`)", id)
+			return approvalsvc.Approval{}, fmt.Errorf("no approval with id %q (see `netproxy approvals list`)", id)
 		}
-		return Approval{}, err
+		return approvalsvc.Approval{}, err
 	}
 	defer resp.Body.Close()
-	var a Approval
+	var a approvalsvc.Approval
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a); err != nil {
-		return Approval{}, fmt.Errorf("decoding GET /api/approvals/%s: %w", id, err)
+		return approvalsvc.Approval{}, fmt.Errorf("decoding GET /api/approvals/%s: %w", id, err)
 	}
 	return a, nil
 }
