@@ -24,17 +24,11 @@ type Publisher interface {
 }
 
 // Amender updates the live allow/deny lists (allow_always / deny_always).
-// *hostpolicy.Engine implements it.
+// *hostpolicy.Engine implements it; the server builds the engine before the
+// service, so it is handed in at construction like every other dependency.
 type Amender interface {
 	Amend(host string, d hostpolicy.Verdict)
 }
-
-// AmenderFunc adapts a function to Amender; it lets the server hand the
-// service an engine that is built after the service (the engine needs the
-// service as its decider).
-type AmenderFunc func(host string, d hostpolicy.Verdict)
-
-func (f AmenderFunc) Amend(host string, d hostpolicy.Verdict) { f(host, d) }
 
 // RulePersister appends rules to the persistent rules file.
 type RulePersister interface {

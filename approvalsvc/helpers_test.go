@@ -47,7 +47,9 @@ func newRig(t testing.TB, opts ...rigOpt) *rig {
 		HookEnv:      []string{"PATH=" + os.Getenv("PATH")},
 	}
 	var engine *hostpolicy.Engine
-	o.Amender = AmenderFunc(func(h string, v hostpolicy.Verdict) { engine.Amend(h, v) })
+	// The rig builds its engine after the service (the engine takes the
+	// service as its decider), so the amender reaches it through a closure.
+	o.Amender = amendFunc(func(h string, v hostpolicy.Verdict) { engine.Amend(h, v) })
 	for _, f := range opts {
 		f(&o)
 	}
@@ -179,3 +181,8 @@ func (s *Service) waiters() int {
 	}
 	return n
 }
+
+// amendFunc adapts a function to Amender (tests only).
+type amendFunc func(host string, d hostpolicy.Verdict)
+
+func (f amendFunc) Amend(host string, d hostpolicy.Verdict) { f(host, d) }
