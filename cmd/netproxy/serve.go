@@ -76,28 +76,31 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	// once instead of waiting out the drain deadline.
 	closeApprovals := func() {}
 	defer func() { closeApprovals() }()
+	// Explicit construction order: the server (registry, engine, admin
+	// router), then the approval service on them, then the web UI on the
+	// service — each handed what it needs; nothing listens until Start.
 	srv, err := server.New(cfg, server.Options{
 		Logger:  logger,
 		Metrics: meter,
 		Sinks:   sinks,
-		Setup: func(s *server.Server) error {
-			// execwrap reports its exec-policy decisions here (metrics + audit).
-			s.HandleControl(metrics.ExecDecisionPath, metrics.ExecDecisionHandler(meter, auditW))
-			// The approval service is built on the server's registry and
-			// engine; the web UI relays its events, so it comes second.
-			var auditor approvalsvc.Auditor
-			if auditW != nil { // a nil *audit.Writer must not become a non-nil interface
-				auditor = auditW
-			}
-			approvals, err := setupApprovals(s, auditor)
-			if err != nil {
-				return err
-			}
-			closeApprovals = approvals.Close
-			return setupWebUI(s, approvals)
-		},
 	})
 	if err != nil {
+		fmt.Fprintf(stderr, "netproxy serve: %v\n", err)
+		return 2
+	}
+	// execwrap reports its exec-policy decisions here (metrics + audit).
+	srv.HandleControl(metrics.ExecDecisionPath, metrics.ExecDecisionHandler(meter, auditW))
+	var auditor approvalsvc.Auditor
+	if auditW != nil { // a nil *audit.Writer must not become a non-nil interface
+		auditor = auditW
+	}
+	approvals, err := setupApprovals(srv, auditor)
+	if err != nil {
+		fmt.Fprintf(stderr, "netproxy serve: %v\n", err)
+		return 2
+	}
+	closeApprovals = approvals.Close
+	if err := setupWebUI(srv, approvals); err != nil {
 		fmt.Fprintf(stderr, "netproxy serve: %v\n", err)
 		return 2
 	}
