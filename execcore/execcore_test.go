@@ -3,6 +3,7 @@ package execcore
 import (
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -320,12 +321,62 @@ func TestEnvelopeEnvironmentDefaultsDropSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(res.Envelope.Env, a("FOO=bar", "HOME=/h", "NETPROXY_SESSION=T", "PATH=/bin")) {
-		t.Fatalf("%q", res.Envelope.Env)
+	if got := withoutGit(res.Envelope.Env); !reflect.DeepEqual(got, a("FOO=bar", "HOME=/h", "NETPROXY_SESSION=T", "PATH=/bin")) {
+		t.Fatalf("%q", got)
 	}
 	res, _ = Evaluate(Input{Argv: a("ls"), BaseCwd: "/w", ParentEnv: parent, EnvPolicy: envpolicy.Policy{IgnoreDefaultExcludes: true, Inherit: envpolicy.InheritCore}})
-	if !reflect.DeepEqual(res.Envelope.Env, a("HOME=/h", "PATH=/bin")) {
-		t.Fatalf("%q", res.Envelope.Env)
+	if got := withoutGit(res.Envelope.Env); !reflect.DeepEqual(got, a("HOME=/h", "PATH=/bin")) {
+		t.Fatalf("%q", got)
+	}
+}
+
+// withoutGit drops the fixed git overrides every environment carries.
+func withoutGit(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "GIT_CONFIG_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// Issue 17 item 11: every environment carries the git overrides, even
+// with include_only and inherit none, and they win over inherited ones.
+func TestEnvelopeEnvironmentGitOverrides(t *testing.T) {
+	parent := []string{"PATH=/bin", "GIT_EXTERNAL_DIFF=evil", "GIT_CONFIG_PARAMETERS='core.fsmonitor'='evil'",
+		"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=color.ui", "GIT_CONFIG_VALUE_0=never"}
+	for _, pol := range []envpolicy.Policy{{}, {IgnoreDefaultExcludes: true}, {Inherit: envpolicy.InheritNone}, {IncludeOnly: []string{"PATH"}}} {
+		res, err := Evaluate(Input{Argv: a("git", "status"), BaseCwd: "/w", ParentEnv: parent, EnvPolicy: pol})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := map[string]string{}
+		for _, kv := range res.Envelope.Env {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		if _, ok := env["GIT_EXTERNAL_DIFF"]; ok {
+			t.Errorf("%+v: GIT_EXTERNAL_DIFF kept", pol)
+		}
+		if _, ok := env["GIT_CONFIG_PARAMETERS"]; ok {
+			t.Errorf("%+v: GIT_CONFIG_PARAMETERS kept", pol)
+		}
+		got := map[string]string{}
+		n, _ := strconv.Atoi(env["GIT_CONFIG_COUNT"])
+		for i := 0; i < n; i++ {
+			got[env["GIT_CONFIG_KEY_"+strconv.Itoa(i)]] = env["GIT_CONFIG_VALUE_"+strconv.Itoa(i)]
+		}
+		for _, kv := range envpolicy.GitOverrides() {
+			if got[kv[0]] != kv[1] {
+				t.Errorf("%+v: %s = %q (want %q); env %q", pol, kv[0], got[kv[0]], kv[1], res.Envelope.Env)
+			}
+		}
+		// The default *KEY* exclude drops GIT_CONFIG_KEY_0: the broken
+		// inherited set is then dropped whole (git would refuse it).
+		if pol.IgnoreDefaultExcludes && (n != 4 || got["color.ui"] != "never") {
+			t.Errorf("inherited GIT_CONFIG entries not kept ahead of the overrides: %q", res.Envelope.Env)
+		}
 	}
 }
 
