@@ -107,6 +107,11 @@ func etTrojan(t *testing.T, path, marker string) {
 	}
 }
 
+var (
+	etYes = func() *bool { b := true; return &b }()
+	etNo  = func() *bool { b := false; return &b }()
+)
+
 // etBypass reads bypass_sandbox from a requirement object.
 func etBypass(t *testing.T, raw json.RawMessage) bool {
 	t.Helper()
@@ -150,12 +155,14 @@ func TestExecUntrustedShellIsNotAWrapper(t *testing.T) {
 		}
 	}
 	// A system directory inside a writable root is not trusted.
-	out, code := etCheck(t, dir, "--approval-policy", "untrusted", "--sandbox", "read-only", "--writable-root", "/usr/local/bin",
-		"--", "/usr/local/bin/bash", "-lc", "ls")
-	if code != 11 {
-		t.Errorf("/usr/local/bin/bash with --writable-root /usr/local/bin: exit %d %+v", code, out.Requirement)
-	}
-	out, code = etCheck(t, "/", "--approval-policy", "untrusted", "--sandbox", "read-only", "--cwd", "/usr", "--", "/usr/bin/bash", "-lc", "ls")
+	t.Run("writable-root", func(t *testing.T) {
+		out, code := etCheck(t, dir, "--approval-policy", "untrusted", "--sandbox", "read-only", "--writable-root", "/usr/local/bin",
+			"--", "/usr/local/bin/bash", "-lc", "ls")
+		if code != 11 {
+			t.Errorf("/usr/local/bin/bash with --writable-root /usr/local/bin: exit %d %+v", code, out.Requirement)
+		}
+	})
+	out, code := etCheck(t, "/", "--approval-policy", "untrusted", "--sandbox", "read-only", "--cwd", "/usr", "--", "/usr/bin/bash", "-lc", "ls")
 	if code != 11 {
 		t.Errorf("/usr/bin/bash with the workspace /usr: exit %d %+v", code, out.Requirement)
 	}
@@ -197,13 +204,14 @@ func TestExecWorkspaceShellNeverRunsUnsandboxed(t *testing.T) {
 	marker := filepath.Join(outside, "root-marker")
 	etTrojan(t, filepath.Join(dir, "bash"), marker)
 	rules := etRules(t, `prefix_rule(pattern=["ls"], decision="allow")`)
-	r, code, stderr := sbxRun(t, p.Env(), dir, "--control", p.Control, "--network", "proxied", "--rules", rules,
-		"--tool", "exec_command", "--args", `{"cmd":"ls","shell":"./bash"}`)
-	etAbsent(t, marker, "root run of a workspace ./bash")
-	if len(r.Attempts) == 0 || !r.Attempts[0].Sandboxed || etBypass(t, r.Requirement) {
-		t.Fatalf("exit %d requirement %s attempts %+v stderr %s", code, r.Requirement, r.Attempts, stderr)
-	}
-
+	t.Run("root", func(t *testing.T) {
+		r, code, stderr := sbxRun(t, p.Env(), dir, "--control", p.Control, "--network", "proxied", "--rules", rules,
+			"--tool", "exec_command", "--args", `{"cmd":"ls","shell":"./bash"}`)
+		etAbsent(t, marker, "root run of a workspace ./bash")
+		if len(r.Attempts) == 0 || !r.Attempts[0].Sandboxed || etBypass(t, r.Requirement) {
+			t.Fatalf("exit %d requirement %s attempts %+v stderr %s", code, r.Requirement, r.Attempts, stderr)
+		}
+	})
 	if os.Geteuid() != 0 {
 		return
 	}
@@ -378,73 +386,73 @@ func etGitFixture(t *testing.T) (ws, fsmonMarker, textconvMarker string) {
 }
 
 // Item 11: git in an embedded repository never runs its configuration,
-// sandboxed (known-safe) or bypassing by rule.
+// sandboxed (known-safe) or bypassing by rule. Each case is a subtest with
+// fresh markers, so each one fails on its own without the fix.
 func TestExecGitRepositoryConfigDoesNotRun(t *testing.T) {
 	p := StartProxy(t, StdConfig())
 	ws, fsmon, textconv := etGitFixture(t)
 	evil := filepath.Join(ws, "evil")
-	both := func(what string) {
-		t.Helper()
-		etAbsent(t, fsmon, what+" (core.fsmonitor)")
-		etAbsent(t, textconv, what+" (diff textconv)")
-	}
-	run := func(dir string, args ...string) sbxResult {
-		t.Helper()
-		r, _, _ := sbxRun(t, p.Env(), dir, append([]string{"--control", p.Control, "--network", "proxied"}, args...)...)
-		return r
-	}
-
-	// Sandboxed under on-request (no approval needed).
-	run(ws, "--", "bash", "-lc", "cd evil && git status")
-	both("sandboxed cd evil && git status")
-	run(ws, "--", "bash", "-lc", "cd evil && git log -p")
-	both("sandboxed cd evil && git log -p")
-
-	// A tool call into the embedded repository under allow rules: the
-	// rule still allows it, but not outside the sandbox, and git ignores
-	// the repository's configuration either way.
 	rules := etRules(t, `prefix_rule(pattern=["git", "status"], decision="allow")`+"\n"+
 		`prefix_rule(pattern=["git", "log"], decision="allow")`)
-	r := run(ws, "--rules", rules, "--tool", "exec_command", "--args", `{"cmd":"git status","workdir":"evil","shell":"/bin/bash"}`)
-	both("exec_command git status workdir evil")
-	if etBypass(t, r.Requirement) {
-		t.Errorf("git status with workdir evil bypassed the sandbox: %s", r.Requirement)
+	cases := []struct {
+		name   string
+		dir    string
+		args   []string
+		bypass *bool // the requirement's bypass_sandbox, when checked
+	}{
+		// Sandboxed under on-request (no approval needed).
+		{"sandboxed-status", ws, []string{"--", "bash", "-lc", "cd evil && git status"}, nil},
+		{"sandboxed-log-p", ws, []string{"--", "bash", "-lc", "cd evil && git log -p"}, nil},
+		// A tool call into the embedded repository under allow rules: the
+		// rule still allows it, but not outside the sandbox.
+		{"workdir-tool-call", ws, []string{"--rules", rules, "--tool", "exec_command", "--args", `{"cmd":"git status","workdir":"evil","shell":"/bin/bash"}`}, etNo},
+		{"git-C", ws, []string{"--rules", rules, "--", "git", "-C", "evil", "log", "-p"}, etNo},
+		// The operator starts git in the embedded repository with a
+		// bypassing rule: only git's configuration overrides stand between
+		// the repository and the host.
+		{"bypass-status", evil, []string{"--rules", rules, "--", "git", "status"}, etYes},
+		{"bypass-log-p", evil, []string{"--rules", rules, "--", "git", "log", "-p"}, etYes},
 	}
-	r = run(ws, "--rules", rules, "--", "git", "-C", "evil", "log", "-p")
-	both("git -C evil log -p")
-	if etBypass(t, r.Requirement) {
-		t.Errorf("git -C evil bypassed the sandbox: %s", r.Requirement)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			os.Remove(fsmon)
+			os.Remove(textconv)
+			r, code, stderr := sbxRun(t, p.Env(), c.dir, append([]string{"--control", p.Control, "--network", "proxied"}, c.args...)...)
+			etAbsent(t, fsmon, c.name+" (core.fsmonitor)")
+			etAbsent(t, textconv, c.name+" (diff textconv)")
+			if c.bypass != nil {
+				if got := etBypass(t, r.Requirement); got != *c.bypass {
+					t.Errorf("bypass_sandbox %v, want %v (exit %d, attempts %+v, stderr %s)", got, *c.bypass, code, r.Attempts, stderr)
+				}
+				if *c.bypass && (len(r.Attempts) != 1 || r.Attempts[0].Sandboxed) {
+					t.Errorf("expected one unsandboxed attempt: %+v", r.Attempts)
+				}
+			}
+		})
 	}
-
-	// The operator starts git in the embedded repository with a bypassing
-	// rule: only git's own configuration overrides stand between the
-	// repository and the host.
-	r = run(evil, "--rules", rules, "--", "git", "status")
-	both("bypassing git status in evil")
-	if !etBypass(t, r.Requirement) || len(r.Attempts) != 1 || r.Attempts[0].Sandboxed {
-		t.Fatalf("expected a bypassing run: %s %+v", r.Requirement, r.Attempts)
-	}
-	run(evil, "--rules", rules, "--", "git", "log", "-p")
-	both("bypassing git log -p in evil")
 
 	// The workspace's own repository still works, and git status there is
 	// still known-safe under untrusted.
-	r = run(ws, "--rules", rules, "--", "git", "log", "--oneline")
-	if r.ExitCode != 0 || !strings.Contains(r.Stdout, "ws") {
-		t.Errorf("git log in the workspace root: exit %d stdout %q stderr %q", r.ExitCode, r.Stdout, r.Stderr)
-	}
-	for _, c := range []struct {
-		want int
-		args []string
-	}{
-		{0, []string{"--", "git", "status"}},
-		{11, []string{"--", "bash", "-lc", "cd evil && git status"}},
-		{11, []string{"--", "bash", "-lc", "cd evil && git log -p"}},
-		{11, []string{"--tool", "exec_command", "--args", `{"cmd":"git status","workdir":"evil","shell":"/bin/bash"}`}},
-	} {
-		out, code := etCheck(t, ws, append([]string{"--approval-policy", "untrusted", "--sandbox", "read-only"}, c.args...)...)
-		if code != c.want {
-			t.Errorf("untrusted %q: exit %d (want %d) %+v", c.args, code, c.want, out.Requirement)
+	t.Run("workspace-root", func(t *testing.T) {
+		r, _, _ := sbxRun(t, p.Env(), ws, "--control", p.Control, "--network", "proxied", "--rules", rules, "--", "git", "log", "--oneline")
+		if r.ExitCode != 0 || !strings.Contains(r.Stdout, "ws") || !etBypass(t, r.Requirement) {
+			t.Errorf("git log in the workspace root: exit %d stdout %q stderr %q requirement %s", r.ExitCode, r.Stdout, r.Stderr, r.Requirement)
 		}
-	}
+	})
+	t.Run("known-safe", func(t *testing.T) {
+		for _, c := range []struct {
+			want int
+			args []string
+		}{
+			{0, []string{"--", "git", "status"}},
+			{11, []string{"--", "bash", "-lc", "cd evil && git status"}},
+			{11, []string{"--", "bash", "-lc", "cd evil && git log -p"}},
+			{11, []string{"--tool", "exec_command", "--args", `{"cmd":"git status","workdir":"evil","shell":"/bin/bash"}`}},
+		} {
+			out, code := etCheck(t, ws, append([]string{"--approval-policy", "untrusted", "--sandbox", "read-only"}, c.args...)...)
+			if code != c.want {
+				t.Errorf("untrusted %q: exit %d (want %d) %+v", c.args, code, c.want, out.Requirement)
+			}
+		}
+	})
 }
