@@ -428,3 +428,60 @@ func TestLoweringEscapesNeverBypassSandbox(t *testing.T) {
 		}
 	}
 }
+
+// Issue 17 item 1: only a trusted shell is a wrapper; a lookalike is an
+// unknown program, never known-safe, never a bypass, kept whole by B and C.
+func TestUntrustedShellIsAnUnknownProgram(t *testing.T) {
+	pol := policy(t, `prefix_rule(pattern=["ls"], decision="allow")`)
+	for _, shell := range []string{"./bash", "/proc/self/cwd/sh", "/work/x/bash.py", "/w/bash", "/usr/local/bin/zsh"} {
+		res, err := Evaluate(Input{Tool: "exec_command", Args: []byte(`{"cmd":"ls","shell":"` + shell + `"}`), BaseCwd: "/w",
+			Policy: pol, WritableRoots: []string{"/usr/local"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Requirement.BypassSandbox || len(res.Policy.Commands) != 1 || res.Policy.Commands[0][0] != shell ||
+			res.Identity.Command[0] != shell {
+			t.Errorf("shell %s: B %q C %q requirement %+v", shell, res.Policy.Commands, res.Identity.Command, res.Requirement)
+		}
+		res, _ = Evaluate(Input{Argv: a(shell, "-lc", "ls"), BaseCwd: "/w", ApprovalPolicy: untrusted, WritableRoots: []string{"/usr/local"}})
+		if res.Requirement.Kind != NeedsApproval {
+			t.Errorf("untrusted %s -lc ls: %+v", shell, res.Requirement)
+		}
+	}
+	res, _ := Evaluate(Input{Tool: "exec_command", Args: []byte(`{"cmd":"ls","shell":"/bin/bash"}`), BaseCwd: "/w", Policy: pol})
+	if !res.Requirement.BypassSandbox || !reflect.DeepEqual(res.Identity.Command, a("ls")) {
+		t.Errorf("/bin/bash: %+v %q", res.Requirement, res.Identity.Command)
+	}
+	if _, err := Evaluate(Input{Argv: a("ls"), BaseCwd: "/w", WritableRoots: []string{"rel"}}); err == nil {
+		t.Error("a relative writable root was accepted")
+	}
+}
+
+// Issue 17 item 11: git away from the workspace root is neither known-safe
+// nor a bypass, even under an explicit allow rule.
+func TestGitAwayFromWorkspaceRoot(t *testing.T) {
+	pol := policy(t, `prefix_rule(pattern=["git"], decision="allow")
+prefix_rule(pattern=["cd"], decision="allow")`)
+	for _, c := range []struct {
+		in     Input
+		bypass bool
+	}{
+		{Input{Argv: a("git", "status")}, true},
+		{Input{Argv: a("/usr/bin/git", "status")}, true},
+		{Input{Argv: a("bash", "-lc", "git status && cd sub")}, true},
+		{Input{Argv: a("bash", "-lc", "cd evil && git status")}, false},
+		{Input{Argv: a("git", "-C", "evil", "status")}, false},
+		{Input{Argv: a("git", "--git-dir=evil", "log")}, false},
+		{Input{Tool: "exec_command", Args: []byte(`{"cmd":"git status","workdir":"evil","shell":"/bin/bash"}`)}, false},
+		{Input{Tool: "exec_command", Args: []byte(`{"cmd":"git status","workdir":"/w","shell":"/bin/bash"}`)}, true},
+	} {
+		c.in.BaseCwd, c.in.Policy = "/w", pol
+		res, err := Evaluate(c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Requirement.Kind != Skip || res.Requirement.BypassSandbox != c.bypass {
+			t.Errorf("%q %s: %+v (want bypass %v)", c.in.Argv, c.in.Args, res.Requirement, c.bypass)
+		}
+	}
+}

@@ -286,3 +286,34 @@ func TestLineContinuationIsNotLowered(t *testing.T) {
 		}
 	}
 }
+
+func TestTrustProgram(t *testing.T) {
+	tr := Trust{WritableRoots: []string{"/w", "/usr/local/bin"}}
+	for _, c := range []struct {
+		prog, name string
+		ok         bool
+	}{
+		{"bash", "bash", true}, {"cat", "cat", true}, {"/bin/cat", "cat", true}, {"/usr/bin/bash", "bash", true},
+		{"/sbin/ip", "ip", true}, {"/opt/homebrew/bin/git", "git", true},
+		{"/usr/local/bin/bash", "", false}, {"./bash", "", false}, {"bin/bash", "", false}, {"/proc/self/cwd/sh", "", false},
+		{"/usr//bin/cat", "", false}, {"/usr/bin/./cat", "", false}, {"/usr/bin/", "", false}, {"/usr/bin/..", "", false},
+		{"/usr/bin/sub/cat", "", false}, {"/w/bash", "", false}, {"", "", false}, {".", "", false}, {"..", "", false},
+		{"/bin", "", false}, {"/usr/lib/cat", "", false},
+	} {
+		name, ok := tr.Program(c.prog)
+		if ok != c.ok || name != c.name {
+			t.Errorf("%q: (%q, %v), want (%q, %v)", c.prog, name, ok, c.name, c.ok)
+		}
+	}
+	if _, ok := (Trust{WritableRoots: []string{"/"}}).Program("/bin/cat"); ok {
+		t.Error("/bin/cat inside the writable root / was trusted")
+	}
+	if _, ok := (Trust{WritableRoots: []string{"/usr/"}}).Program("/usr/bin/cat"); ok {
+		t.Error("a trailing slash on a root hid it")
+	}
+	for _, s := range []string{"bash.exe", "bash.py", "rbash", "dash", "/usr/bin/fish"} {
+		if _, ok := tr.Shell(s); ok {
+			t.Errorf("%s: trusted as a wrapper shell", s)
+		}
+	}
+}
