@@ -456,3 +456,37 @@ func TestExecGitRepositoryConfigDoesNotRun(t *testing.T) {
 		}
 	})
 }
+
+// Found while fixing issue 17: a tool call's workdir chose the sandbox's
+// writable root, so `{"workdir":"/usr/local/bin"}` let a model plant host
+// programs as root without approval. The writable root is the workspace
+// (the base cwd) and the --writable-root folders; a workdir elsewhere is
+// read-only, and one inside the workspace is still writable.
+func TestExecToolWorkdirIsNotAWritableRoot(t *testing.T) {
+	dir := sbxDir(t)
+	outside := etOutside(t)
+	os.Chmod(outside, 0o755)
+	r, code, stderr := sbxRun(t, etEnv(dir), dir, "--network", "none", "--shell", "/bin/bash",
+		"--tool", "exec_command", "--args", `{"cmd":"touch planted","workdir":"`+outside+`"}`)
+	etAbsent(t, filepath.Join(outside, "planted"), "a workdir outside the workspace")
+	if code == 0 {
+		t.Errorf("the write outside the workspace succeeded: %+v %s", r, stderr)
+	}
+	os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
+	r, code, stderr = sbxRun(t, etEnv(dir), dir, "--network", "none", "--shell", "/bin/bash",
+		"--tool", "exec_command", "--args", `{"cmd":"touch in-sub ../in-root","workdir":"sub"}`)
+	if code != 0 {
+		t.Fatalf("workdir inside the workspace: exit %d %+v %s", code, r, stderr)
+	}
+	for _, f := range []string{filepath.Join(dir, "sub", "in-sub"), filepath.Join(dir, "in-root")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%s not written: the workspace must stay writable", f)
+		}
+	}
+	// An explicit --writable-root still makes the outside folder writable.
+	r, code, stderr = sbxRun(t, etEnv(dir), dir, "--network", "none", "--shell", "/bin/bash", "--writable-root", outside,
+		"--tool", "exec_command", "--args", `{"cmd":"touch granted","workdir":"`+outside+`"}`)
+	if _, err := os.Stat(filepath.Join(outside, "granted")); err != nil || code != 0 {
+		t.Errorf("--writable-root %s: exit %d %+v %s", outside, code, r, stderr)
+	}
+}

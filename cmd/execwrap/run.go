@@ -84,6 +84,7 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 type invocation struct {
 	HandlerArgv        []string
 	Cwd                string
+	BaseCwd            string // the workspace: --cwd or the current directory
 	ApprovalIdentity   []string
 	Requirement        orchestrator.Requirement
 	ExecSource         string          // "prefix" | "heuristics": what decided (for netproxy's metrics)

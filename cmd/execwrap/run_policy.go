@@ -59,6 +59,7 @@ func evaluateInvocation(cf *checkFlags, ro runOptions, stdin io.Reader) (*invoca
 	return &invocation{
 		HandlerArgv:        argv,
 		Cwd:                res.Envelope.Cwd,
+		BaseCwd:            in.BaseCwd,
 		ApprovalIdentity:   res.Identity.Command,
 		Requirement:        req,
 		ExecSource:         execSource(res.Evaluation),
