@@ -551,7 +551,8 @@ func promptRejection(p ApprovalPolicy, promptIsRule bool) string {
 }
 
 // bypassSandbox: every lowered command has an explicit Allow match.
-// Stricter than R2: a git that runs away from the workspace root (a
+// Stricter than R2: every program word must be fixed (Trust.FixedProgram),
+// and a git that runs away from the workspace root (a
 // workdir elsewhere, a `cd` before it, `-C`/`--git-dir`/`--work-tree`)
 // never bypasses, since the repository it reads may be one the command
 // planted, and git runs programs its configuration names.
@@ -561,6 +562,12 @@ func (e evaluator) bypassSandbox(cmds [][]string) bool {
 	}
 	elsewhere := e.hctx.Safe.GitElsewhere
 	for _, cmd := range cmds {
+		// SPEC §6.2: a program the command may have written itself
+		// (`./bash`, `/proc/self/cwd/sh`, a workspace file) is never a
+		// sandbox bypass, whatever rule allows it.
+		if len(cmd) == 0 || !e.hctx.Safe.Trust.FixedProgram(cmd[0]) {
+			return false
+		}
 		if isGit(cmd) && (elsewhere || heuristics.GitMovesWorkdir(cmd)) {
 			return false
 		}

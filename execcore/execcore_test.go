@@ -485,3 +485,29 @@ prefix_rule(pattern=["cd"], decision="allow")`)
 		}
 	}
 }
+
+// Issue 17 item 1: an explicit rule on an untrusted program word allows it
+// (no prompt) but never outside the sandbox.
+func TestExplicitRuleOnWorkspaceProgramKeepsTheSandbox(t *testing.T) {
+	pol := policy(t, `prefix_rule(pattern=["./bash"], decision="allow")
+prefix_rule(pattern=["/proc/self/cwd/tool"], decision="allow")
+prefix_rule(pattern=["/w/bin/tool"], decision="allow")
+prefix_rule(pattern=["/home/u/bin/tool"], decision="allow")`)
+	for _, c := range []struct {
+		argv   []string
+		bypass bool
+	}{
+		{a("./bash", "-lc", "ls"), false},
+		{a("/proc/self/cwd/tool"), false},
+		{a("/w/bin/tool"), false},
+		{a("/home/u/bin/tool"), true},
+	} {
+		res, err := Evaluate(Input{Argv: c.argv, BaseCwd: "/w", Policy: pol})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Requirement.Kind != Skip || res.Requirement.BypassSandbox != c.bypass {
+			t.Errorf("%q: %+v (want skip, bypass %v)", c.argv, res.Requirement, c.bypass)
+		}
+	}
+}

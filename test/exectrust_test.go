@@ -183,6 +183,14 @@ func TestExecUntrustedShellIsNotAWrapper(t *testing.T) {
 	if !out.Requirement.BypassSandbox {
 		t.Errorf("exec_command shell /bin/bash under prefix_rule([ls]): %+v (want the bypass)", out.Requirement)
 	}
+	// An explicit rule on a workspace program allows it, inside the sandbox.
+	t.Run("explicit-rule", func(t *testing.T) {
+		own := etRules(t, `prefix_rule(pattern=["./bash"], decision="allow")`)
+		out, code := etCheck(t, dir, "--rules", own, "--", "./bash", "-lc", "ls")
+		if code != 0 || out.Requirement.BypassSandbox {
+			t.Errorf("./bash under prefix_rule([./bash]): exit %d %+v (want skip in the sandbox)", code, out.Requirement)
+		}
+	})
 	// A rule on a bare name is not inherited by an arbitrary absolute path.
 	out, _ = etCheck(t, dir, "--rules", rules, "--", "/proc/self/cwd/ls")
 	if out.Requirement.BypassSandbox {

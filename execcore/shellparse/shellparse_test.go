@@ -317,3 +317,16 @@ func TestTrustProgram(t *testing.T) {
 		}
 	}
 }
+
+func TestTrustFixedProgram(t *testing.T) {
+	tr := Trust{WritableRoots: []string{"/w"}}
+	for p, want := range map[string]bool{
+		"ls": true, "/usr/bin/ls": true, "/home/u/bin/tool": true, "/opt/x/bin/tool": true,
+		"./ls": false, "bin/ls": false, "/w/bin/ls": false, "/proc/self/cwd/ls": false, "/proc/self/root/usr/bin/ls": false,
+		"/dev/fd/3": false, "/tmp/x/ls": false, "/var/tmp/ls": false, "/home/u//tool": false, "/": false, "": false,
+	} {
+		if got := tr.FixedProgram(p); got != want {
+			t.Errorf("%q: %v, want %v", p, got, want)
+		}
+	}
+}

@@ -75,6 +75,37 @@ func (t Trust) SystemPath(p string) bool {
 	return true
 }
 
+// volatileDirs hold paths whose file is not a fixed, operator-installed
+// program: /proc and /dev name other processes' views (`/proc/self/cwd`,
+// `/proc/self/root`, `/dev/fd/3`), the temp folders are writable by anyone.
+var volatileDirs = []string{"/proc", "/dev", "/tmp", "/var/tmp"}
+
+// FixedProgram reports a program word that may run outside the sandbox on
+// an explicit rule: a trusted word (Program), or an absolute, normalised
+// path outside every writable root and outside /proc, /dev, /tmp and
+// /var/tmp (an operator-installed tool such as /home/u/bin/tool). A
+// relative path, a workspace file or a `/proc/self/cwd/...` path is never
+// fixed: a rule may allow it, but only inside the sandbox.
+func (t Trust) FixedProgram(prog string) bool {
+	if _, ok := t.Program(prog); ok {
+		return true
+	}
+	if !strings.HasPrefix(prog, "/") || path.Clean(prog) != prog || prog == "/" {
+		return false
+	}
+	for _, d := range volatileDirs {
+		if within(prog, d) {
+			return false
+		}
+	}
+	for _, r := range t.WritableRoots {
+		if !strings.HasPrefix(r, "/") || within(prog, r) {
+			return false
+		}
+	}
+	return true
+}
+
 // Shell returns the family of a trusted shell: exactly bash, zsh or sh by
 // name (no file-stem matching), as a bare word or a trusted system path.
 func (t Trust) Shell(prog string) (ShellType, bool) {
