@@ -463,6 +463,47 @@ func TestExecGitRepositoryConfigDoesNotRun(t *testing.T) {
 			}
 		}
 	})
+
+	// The same sandboxed cases as an unprivileged user (the fixture handed
+	// over to that user, so git's ownership check does not refuse it).
+	t.Run("unprivileged", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("already unprivileged: the cases above cover this user")
+		}
+		setpriv, err := exec.LookPath("setpriv")
+		if err != nil {
+			t.Fatal("setpriv (util-linux) is required")
+		}
+		bin := filepath.Join(sbxDir(t), "execwrap")
+		b, err := os.ReadFile(ExecwrapBin(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		filepath.Walk(ws, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, 65534, 65534) })
+		for _, script := range []string{"cd evil && git status", "cd evil && git log -p"} {
+			os.Remove(fsmon)
+			os.Remove(textconv)
+			cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--", bin, "run", "--json",
+				"--network", "none", "--", "bash", "-lc", script)
+			cmd.Dir = ws
+			cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + ws, "NETPROXY_HOME=" + ws}
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			out, _ := cmd.Output()
+			var r sbxResult
+			if err := json.Unmarshal(out, &r); err != nil {
+				t.Fatalf("%s: no result: %v %s %s", script, err, out, errb.String())
+			}
+			if len(r.Attempts) == 0 || !r.Attempts[0].Sandboxed {
+				t.Fatalf("%s: not sandboxed: %+v", script, r)
+			}
+			etAbsent(t, fsmon, "unprivileged "+script+" (core.fsmonitor)")
+			etAbsent(t, textconv, "unprivileged "+script+" (diff textconv)")
+		}
+	})
 }
 
 // Found while fixing issue 17: a tool call's workdir chose the sandbox's
