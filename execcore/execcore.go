@@ -66,6 +66,11 @@ type Input struct {
 	// Policy holds the loaded rules; nil means no rules.
 	Policy *execpolicy.Policy
 
+	// WritableRoots are the extra absolute folders the sandbox makes
+	// writable (--writable-root). With the base cwd and the effective cwd
+	// they decide which system paths are still trusted (SPEC §6.2).
+	WritableRoots []string
+
 	// Environment (projection A).
 	EnvPolicy envpolicy.Policy
 	ParentEnv []string
@@ -160,6 +165,10 @@ type Result struct {
 	Requirement Requirement
 	// Call is the decoded tool call (nil for a plain argv).
 	Call *toolcall.Call
+	// Trust is what decided which program words are the system's own
+	// (the writable roots of this request); `execwrap run` resolves a
+	// bare shell name with it.
+	Trust shellparse.Trust
 }
 
 // InputError is a problem with the request itself (bad tool arguments,
@@ -251,7 +260,7 @@ func Evaluate(in Input) (Result, error) {
 		}
 		env.Argv = append([]string(nil), in.Argv...)
 		env.Cwd = filepath.Clean(base)
-		if w, ok := shellparse.ExtractWrapper(in.Argv); ok {
+		if w, ok := shellparse.ExtractAnyWrapper(in.Argv); ok {
 			env.Shell, env.ShellType = w.Shell, w.Type
 		} else if t := shellparse.DetectShellType(in.Argv[0]); t != shellparse.Other {
 			env.Shell, env.ShellType = in.Argv[0], t
@@ -268,13 +277,18 @@ func Evaluate(in Input) (Result, error) {
 	for k, v := range in.ExtraEnv {
 		extra[k] = v
 	}
-	env.Env = envpolicy.Build(in.EnvPolicy, in.ParentEnv, extra)
+	env.Env = envpolicy.WithGitSafety(envpolicy.Build(in.EnvPolicy, in.ParentEnv, extra))
 	res.Envelope = env
 
+	trust, err := trustFor(base, env.Cwd, in.WritableRoots)
+	if err != nil {
+		return res, &InputError{err}
+	}
+	res.Trust = trust
 	// B and C are computed independently from the same handler argv.
-	res.Policy = shellparse.CommandsForExecPolicy(env.Argv)
+	res.Policy = shellparse.CommandsForExecPolicy(env.Argv, trust)
 	res.Identity = ApprovalIdentity{
-		Command:               shellparse.CanonicalizeForApproval(env.Argv),
+		Command:               shellparse.CanonicalizeForApproval(env.Argv, trust),
 		Cwd:                   env.Cwd,
 		SandboxPermissions:    env.RequestedPermissions,
 		AdditionalPermissions: env.AdditionalPermissions,
@@ -291,9 +305,16 @@ func Evaluate(in Input) (Result, error) {
 		Sandbox:            in.Sandbox.Kind(),
 		Permissions:        env.RequestedPermissions,
 		UsedComplexParsing: res.Policy.UsedComplexParsing,
+		Safe: heuristics.SafeOptions{
+			Trust: trust,
+			// The workspace root is the base cwd: a workdir elsewhere
+			// may hold a repository the command itself planted.
+			GitElsewhere: env.Cwd != filepath.Clean(base),
+		},
 	}
-	res.Evaluation = evaluate(pol, res.Policy.Commands, hctx)
-	res.Requirement = requirement(pol, res, hctx, prefixRule)
+	ev := evaluator{pol: pol, hctx: hctx, opts: execpolicy.MatchOptions{ResolveHostExecutables: true, TrustedPath: trust.SystemPath}}
+	res.Evaluation = ev.evaluate(res.Policy.Commands)
+	res.Requirement = ev.requirement(res, prefixRule)
 	if handlerReject != "" {
 		res.Requirement = Requirement{Kind: Forbidden, Reason: handlerReject, Source: "handler"}
 	}
@@ -317,12 +338,34 @@ func handlerRejection(call toolcall.Call, p ApprovalPolicy) string {
 	return fmt.Sprintf("approval policy is `%s`; reject command — you %s ask for escalated permissions if the approval policy is `%s`", dbg, verb, dbg)
 }
 
-var matchOpts = execpolicy.MatchOptions{ResolveHostExecutables: true}
+// trustFor builds the trust of program words: the base cwd, the effective
+// cwd and every extra writable root are places a command may write.
+func trustFor(base, cwd string, extra []string) (shellparse.Trust, error) {
+	roots := []string{filepath.Clean(base), filepath.Clean(cwd)}
+	for _, r := range extra {
+		if !filepath.IsAbs(r) {
+			return shellparse.Trust{}, fmt.Errorf("writable root %q is not absolute", r)
+		}
+		roots = append(roots, filepath.Clean(r))
+	}
+	return shellparse.Trust{WritableRoots: roots}, nil
+}
+
+// evaluator holds what every evaluation of one request shares: the rules,
+// the match options (with the trust of program paths) and the heuristics
+// context.
+type evaluator struct {
+	pol  *execpolicy.Policy
+	opts execpolicy.MatchOptions
+	hctx heuristics.Context
+}
 
 // evaluate is check_multiple with the heuristics fallback, plus the inner
-// restrictive matches of scripts the lowering left whole.
-func evaluate(pol *execpolicy.Policy, cmds [][]string, hctx heuristics.Context) Evaluation {
+// restrictive matches of scripts the lowering left whole. A `cd` in the
+// lowered script moves every later git away from the workspace root.
+func (e evaluator) evaluate(cmds [][]string) Evaluation {
 	var ev Evaluation
+	pol, hctx, matchOpts := e.pol, e.hctx, e.opts
 	for _, cmd := range cmds {
 		ms := pol.Matches(cmd, matchOpts)
 		if len(ms) == 0 {
@@ -343,6 +386,9 @@ func evaluate(pol *execpolicy.Policy, cmds [][]string, hctx heuristics.Context) 
 					ev.MatchedRules = append(ev.MatchedRules, RuleMatch{RuleMatch: m, Inner: true})
 				}
 			}
+		}
+		if heuristics.ChangesDirectory(cmd) {
+			hctx.Safe.GitElsewhere = true
 		}
 	}
 	for _, m := range ev.MatchedRules {
@@ -376,7 +422,8 @@ func innerCommands(cmd []string, depth int) [][]string {
 	return out
 }
 
-func requirement(pol *execpolicy.Policy, res Result, hctx heuristics.Context, prefixRule []string) Requirement {
+func (e evaluator) requirement(res Result, prefixRule []string) Requirement {
+	hctx := e.hctx
 	ev := res.Evaluation
 	cmdText := "`" + shlex.JoinLossy(res.Envelope.Argv) + "`"
 	autoAllowed := !res.Policy.UsedComplexParsing
@@ -410,7 +457,7 @@ func requirement(pol *execpolicy.Policy, res Result, hctx heuristics.Context, pr
 		if promptRule {
 			r.Source = "rules"
 		}
-		if req := requestedAmendment(pol, res, hctx, prefixRule, autoAllowed, anyExplicit); req != nil {
+		if req := e.requestedAmendment(res, prefixRule, autoAllowed, anyExplicit); req != nil {
 			r.ProposedAmendment = req
 		} else if autoAllowed && !promptRule {
 			if h := firstHeuristic(ev, execpolicy.Prompt); h != nil {
@@ -419,7 +466,7 @@ func requirement(pol *execpolicy.Policy, res Result, hctx heuristics.Context, pr
 		}
 		return r
 	default:
-		r := Requirement{Kind: Skip, BypassSandbox: bypassSandbox(pol, res.Policy.Commands), Source: source}
+		r := Requirement{Kind: Skip, BypassSandbox: e.bypassSandbox(res.Policy.Commands), Source: source}
 		if autoAllowed && !anyExplicit {
 			if h := firstHeuristic(ev, execpolicy.Allow); h != nil {
 				r.ProposedAmendment = append([]string(nil), h.Command...)
@@ -427,6 +474,12 @@ func requirement(pol *execpolicy.Policy, res Result, hctx heuristics.Context, pr
 		}
 		return r
 	}
+}
+
+// isGit reports a git command by base name, wherever it lives (the strict
+// direction: any git counts).
+func isGit(cmd []string) bool {
+	return len(cmd) > 0 && filepath.Base(cmd[0]) == "git"
 }
 
 func firstHeuristic(ev Evaluation, d execpolicy.Decision) *RuleMatch {
@@ -498,13 +551,31 @@ func promptRejection(p ApprovalPolicy, promptIsRule bool) string {
 }
 
 // bypassSandbox: every lowered command has an explicit Allow match.
-func bypassSandbox(pol *execpolicy.Policy, cmds [][]string) bool {
+// Stricter than R2: every program word must be fixed (Trust.FixedProgram),
+// and a git that runs away from the workspace root (a
+// workdir elsewhere, a `cd` before it, `-C`/`--git-dir`/`--work-tree`)
+// never bypasses, since the repository it reads may be one the command
+// planted, and git runs programs its configuration names.
+func (e evaluator) bypassSandbox(cmds [][]string) bool {
 	if len(cmds) == 0 {
 		return false
 	}
+	elsewhere := e.hctx.Safe.GitElsewhere
 	for _, cmd := range cmds {
+		// SPEC §6.2: a program the command may have written itself
+		// (`./bash`, `/proc/self/cwd/sh`, a workspace file) is never a
+		// sandbox bypass, whatever rule allows it.
+		if len(cmd) == 0 || !e.hctx.Safe.Trust.FixedProgram(cmd[0]) {
+			return false
+		}
+		if isGit(cmd) && (elsewhere || heuristics.GitMovesWorkdir(cmd)) {
+			return false
+		}
+		if heuristics.ChangesDirectory(cmd) {
+			elsewhere = true
+		}
 		allowed := false
-		for _, m := range pol.Matches(cmd, matchOpts) {
+		for _, m := range e.pol.Matches(cmd, e.opts) {
 			if m.Decision == execpolicy.Allow {
 				allowed = true
 				break
@@ -519,7 +590,8 @@ func bypassSandbox(pol *execpolicy.Policy, cmds [][]string) bool {
 
 // requestedAmendment offers the model's prefix_rule when it is allowed, not
 // banned, no rule matched, and adding it makes every command Allow.
-func requestedAmendment(pol *execpolicy.Policy, res Result, hctx heuristics.Context, prefix []string, autoAllowed, anyExplicit bool) []string {
+func (e evaluator) requestedAmendment(res Result, prefix []string, autoAllowed, anyExplicit bool) []string {
+	pol := e.pol
 	if !autoAllowed || len(prefix) == 0 || anyExplicit || IsBannedPrefixSuggestion(prefix) {
 		return nil
 	}
@@ -528,7 +600,8 @@ func requestedAmendment(pol *execpolicy.Policy, res Result, hctx heuristics.Cont
 		rest = append(rest, execpolicy.PatternToken{Alternatives: []string{t}})
 	}
 	amended := pol.WithPrefixRule(execpolicy.PrefixRule{Program: prefix[0], Rest: rest, Decision: execpolicy.Allow})
-	if evaluate(amended, res.Policy.Commands, hctx).Decision != execpolicy.Allow {
+	e.pol = amended
+	if e.evaluate(res.Policy.Commands).Decision != execpolicy.Allow {
 		return nil
 	}
 	return append([]string(nil), prefix...)

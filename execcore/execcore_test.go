@@ -3,6 +3,7 @@ package execcore
 import (
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -320,12 +321,62 @@ func TestEnvelopeEnvironmentDefaultsDropSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(res.Envelope.Env, a("FOO=bar", "HOME=/h", "NETPROXY_SESSION=T", "PATH=/bin")) {
-		t.Fatalf("%q", res.Envelope.Env)
+	if got := withoutGit(res.Envelope.Env); !reflect.DeepEqual(got, a("FOO=bar", "HOME=/h", "NETPROXY_SESSION=T", "PATH=/bin")) {
+		t.Fatalf("%q", got)
 	}
 	res, _ = Evaluate(Input{Argv: a("ls"), BaseCwd: "/w", ParentEnv: parent, EnvPolicy: envpolicy.Policy{IgnoreDefaultExcludes: true, Inherit: envpolicy.InheritCore}})
-	if !reflect.DeepEqual(res.Envelope.Env, a("HOME=/h", "PATH=/bin")) {
-		t.Fatalf("%q", res.Envelope.Env)
+	if got := withoutGit(res.Envelope.Env); !reflect.DeepEqual(got, a("HOME=/h", "PATH=/bin")) {
+		t.Fatalf("%q", got)
+	}
+}
+
+// withoutGit drops the fixed git overrides every environment carries.
+func withoutGit(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "GIT_CONFIG_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// Issue 17 item 11: every environment carries the git overrides, even
+// with include_only and inherit none, and they win over inherited ones.
+func TestEnvelopeEnvironmentGitOverrides(t *testing.T) {
+	parent := []string{"PATH=/bin", "GIT_EXTERNAL_DIFF=evil", "GIT_CONFIG_PARAMETERS='core.fsmonitor'='evil'",
+		"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=color.ui", "GIT_CONFIG_VALUE_0=never"}
+	for _, pol := range []envpolicy.Policy{{}, {IgnoreDefaultExcludes: true}, {Inherit: envpolicy.InheritNone}, {IncludeOnly: []string{"PATH"}}} {
+		res, err := Evaluate(Input{Argv: a("git", "status"), BaseCwd: "/w", ParentEnv: parent, EnvPolicy: pol})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := map[string]string{}
+		for _, kv := range res.Envelope.Env {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		if _, ok := env["GIT_EXTERNAL_DIFF"]; ok {
+			t.Errorf("%+v: GIT_EXTERNAL_DIFF kept", pol)
+		}
+		if _, ok := env["GIT_CONFIG_PARAMETERS"]; ok {
+			t.Errorf("%+v: GIT_CONFIG_PARAMETERS kept", pol)
+		}
+		got := map[string]string{}
+		n, _ := strconv.Atoi(env["GIT_CONFIG_COUNT"])
+		for i := 0; i < n; i++ {
+			got[env["GIT_CONFIG_KEY_"+strconv.Itoa(i)]] = env["GIT_CONFIG_VALUE_"+strconv.Itoa(i)]
+		}
+		for _, kv := range envpolicy.GitOverrides() {
+			if got[kv[0]] != kv[1] {
+				t.Errorf("%+v: %s = %q (want %q); env %q", pol, kv[0], got[kv[0]], kv[1], res.Envelope.Env)
+			}
+		}
+		// The default *KEY* exclude drops GIT_CONFIG_KEY_0: the broken
+		// inherited set is then dropped whole (git would refuse it).
+		if pol.IgnoreDefaultExcludes && (n != 4 || got["color.ui"] != "never") {
+			t.Errorf("inherited GIT_CONFIG entries not kept ahead of the overrides: %q", res.Envelope.Env)
+		}
 	}
 }
 
@@ -374,6 +425,89 @@ func TestLoweringEscapesNeverBypassSandbox(t *testing.T) {
 		res, _ := Evaluate(Input{Argv: a("bash", "-lc", s), ApprovalPolicy: onRequest, Sandbox: WW, Policy: rules, BaseCwd: "/w"})
 		if !res.Requirement.BypassSandbox {
 			t.Errorf("%q: want bypass, got %+v", s, res.Requirement)
+		}
+	}
+}
+
+// Issue 17 item 1: only a trusted shell is a wrapper; a lookalike is an
+// unknown program, never known-safe, never a bypass, kept whole by B and C.
+func TestUntrustedShellIsAnUnknownProgram(t *testing.T) {
+	pol := policy(t, `prefix_rule(pattern=["ls"], decision="allow")`)
+	for _, shell := range []string{"./bash", "/proc/self/cwd/sh", "/work/x/bash.py", "/w/bash", "/usr/local/bin/zsh"} {
+		res, err := Evaluate(Input{Tool: "exec_command", Args: []byte(`{"cmd":"ls","shell":"` + shell + `"}`), BaseCwd: "/w",
+			Policy: pol, WritableRoots: []string{"/usr/local"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Requirement.BypassSandbox || len(res.Policy.Commands) != 1 || res.Policy.Commands[0][0] != shell ||
+			res.Identity.Command[0] != shell {
+			t.Errorf("shell %s: B %q C %q requirement %+v", shell, res.Policy.Commands, res.Identity.Command, res.Requirement)
+		}
+		res, _ = Evaluate(Input{Argv: a(shell, "-lc", "ls"), BaseCwd: "/w", ApprovalPolicy: untrusted, WritableRoots: []string{"/usr/local"}})
+		if res.Requirement.Kind != NeedsApproval {
+			t.Errorf("untrusted %s -lc ls: %+v", shell, res.Requirement)
+		}
+	}
+	res, _ := Evaluate(Input{Tool: "exec_command", Args: []byte(`{"cmd":"ls","shell":"/bin/bash"}`), BaseCwd: "/w", Policy: pol})
+	if !res.Requirement.BypassSandbox || !reflect.DeepEqual(res.Identity.Command, a("ls")) {
+		t.Errorf("/bin/bash: %+v %q", res.Requirement, res.Identity.Command)
+	}
+	if _, err := Evaluate(Input{Argv: a("ls"), BaseCwd: "/w", WritableRoots: []string{"rel"}}); err == nil {
+		t.Error("a relative writable root was accepted")
+	}
+}
+
+// Issue 17 item 11: git away from the workspace root is neither known-safe
+// nor a bypass, even under an explicit allow rule.
+func TestGitAwayFromWorkspaceRoot(t *testing.T) {
+	pol := policy(t, `prefix_rule(pattern=["git"], decision="allow")
+prefix_rule(pattern=["cd"], decision="allow")`)
+	for _, c := range []struct {
+		in     Input
+		bypass bool
+	}{
+		{Input{Argv: a("git", "status")}, true},
+		{Input{Argv: a("/usr/bin/git", "status")}, true},
+		{Input{Argv: a("bash", "-lc", "git status && cd sub")}, true},
+		{Input{Argv: a("bash", "-lc", "cd evil && git status")}, false},
+		{Input{Argv: a("git", "-C", "evil", "status")}, false},
+		{Input{Argv: a("git", "--git-dir=evil", "log")}, false},
+		{Input{Tool: "exec_command", Args: []byte(`{"cmd":"git status","workdir":"evil","shell":"/bin/bash"}`)}, false},
+		{Input{Tool: "exec_command", Args: []byte(`{"cmd":"git status","workdir":"/w","shell":"/bin/bash"}`)}, true},
+	} {
+		c.in.BaseCwd, c.in.Policy = "/w", pol
+		res, err := Evaluate(c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Requirement.Kind != Skip || res.Requirement.BypassSandbox != c.bypass {
+			t.Errorf("%q %s: %+v (want bypass %v)", c.in.Argv, c.in.Args, res.Requirement, c.bypass)
+		}
+	}
+}
+
+// Issue 17 item 1: an explicit rule on an untrusted program word allows it
+// (no prompt) but never outside the sandbox.
+func TestExplicitRuleOnWorkspaceProgramKeepsTheSandbox(t *testing.T) {
+	pol := policy(t, `prefix_rule(pattern=["./bash"], decision="allow")
+prefix_rule(pattern=["/proc/self/cwd/tool"], decision="allow")
+prefix_rule(pattern=["/w/bin/tool"], decision="allow")
+prefix_rule(pattern=["/home/u/bin/tool"], decision="allow")`)
+	for _, c := range []struct {
+		argv   []string
+		bypass bool
+	}{
+		{a("./bash", "-lc", "ls"), false},
+		{a("/proc/self/cwd/tool"), false},
+		{a("/w/bin/tool"), false},
+		{a("/home/u/bin/tool"), true},
+	} {
+		res, err := Evaluate(Input{Argv: c.argv, BaseCwd: "/w", Policy: pol})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Requirement.Kind != Skip || res.Requirement.BypassSandbox != c.bypass {
+			t.Errorf("%q: %+v (want skip, bypass %v)", c.argv, res.Requirement, c.bypass)
 		}
 	}
 }

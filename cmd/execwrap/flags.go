@@ -31,6 +31,10 @@ type checkFlags struct {
 	Args               string
 	PrefixRule         string
 	NoLoginShell       bool
+	// WritableRoots are extra writable roots (made absolute by input):
+	// `run` gives them to the sandbox, and both commands stop trusting
+	// system paths inside them (SPEC §6.2).
+	WritableRoots []string
 
 	EnvInherit     string
 	EnvExclude     []string
@@ -61,6 +65,7 @@ func registerCheckFlags(fs *flag.FlagSet) *checkFlags {
 	fs.StringVar(&f.Tool, "tool", "", "shell_command | exec_command")
 	fs.StringVar(&f.Args, "args", "", "the tool call's arguments JSON, or - to read them from stdin")
 	fs.StringVar(&f.PrefixRule, "prefix-rule", "", "requested amendment for a plain argv, as a JSON array of strings")
+	fs.Var((*repeated)(&f.WritableRoots), "writable-root", "extra writable root (repeatable)")
 	fs.BoolVar(&f.NoLoginShell, "no-login-shell", false, "disallow login shells for tool calls (an absent login field then means false; login: true is an error)")
 	fs.StringVar(&f.EnvInherit, "env-inherit", "all", "environment start set: all | core | none")
 	fs.Var((*repeated)(&f.EnvExclude), "env-exclude", "drop variables matching this case-insensitive * ? pattern (repeatable)")
@@ -146,6 +151,14 @@ func (f *checkFlags) input(stdin io.Reader) (execcore.Input, error) {
 		return in, &usageError{fmt.Errorf("--cwd: %w", err)}
 	}
 	in.BaseCwd = cwd
+	for i, w := range f.WritableRoots {
+		a, err := filepath.Abs(w)
+		if err != nil {
+			return in, &usageError{fmt.Errorf("--writable-root %q: %v", w, err)}
+		}
+		f.WritableRoots[i] = a
+	}
+	in.WritableRoots = f.WritableRoots
 	in.AllowLoginShell = !f.NoLoginShell
 	switch {
 	case f.Tool != "" && len(f.Argv) > 0:

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -85,6 +84,7 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 type invocation struct {
 	HandlerArgv        []string
 	Cwd                string
+	BaseCwd            string // the workspace: --cwd or the current directory
 	ApprovalIdentity   []string
 	Requirement        orchestrator.Requirement
 	ExecSource         string          // "prefix" | "heuristics": what decided (for netproxy's metrics)
@@ -108,7 +108,6 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	fs.StringVar(&ro.envID, "env-id", "default", "environment id")
 	fs.StringVar(&ro.turnID, "turn-id", "", "turn id")
 	fs.DurationVar(&ro.timeout, "timeout", 0, "kill the command after this long")
-	fs.Var((*repeated)(&ro.writableRoots), "writable-root", "extra writable root (repeatable)")
 	fs.StringVar(&ro.tier, "tier", "auto", "auto | namespaces | landlock")
 	fs.IntVar(&ro.maxOutput, "max-output", 1<<20, "bytes of stdout and of stderr kept in the result")
 	if err := fs.Parse(args); err != nil {
@@ -130,17 +129,12 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	default:
 		return nil, ro, fmt.Errorf("--tier %q: want auto, namespaces or landlock", ro.tier)
 	}
-	for i, w := range ro.writableRoots {
-		a, err := filepath.Abs(w)
-		if err != nil {
-			return nil, ro, fmt.Errorf("--writable-root %q: %v", w, err)
-		}
-		ro.writableRoots[i] = a
-	}
 	inv, err := evaluateInvocation(cf, ro, stdin)
 	if err != nil {
 		return nil, ro, err
 	}
+	// input() made every --writable-root absolute.
+	ro.writableRoots = cf.WritableRoots
 	if ro.timeout == 0 && inv.TimeoutMS > 0 {
 		ro.timeout = time.Duration(inv.TimeoutMS) * time.Millisecond
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -40,10 +41,11 @@ func (r *runner) attempt(ctx context.Context, sandboxed bool) (orchestrator.Atte
 		}
 	}
 	outBuf, errBuf := newCappedBuffer(r.opts.maxOutput), newCappedBuffer(r.opts.maxOutput)
+	kind, writable := workspaceRoots(kind, r.inv.Cwd, r.inv.BaseCwd, r.opts.writableRoots)
 	spec := sandbox.Spec{
 		Argv: r.inv.HandlerArgv, Cwd: r.inv.Cwd, Env: r.inv.Env,
 		Kind: kind, Network: network, Tier: sandbox.Tier(r.opts.tier),
-		WritableRoots: r.opts.writableRoots,
+		WritableRoots: writable,
 		Stdin:         r.stdin, Timeout: r.opts.timeout, Signals: r.signals,
 	}
 	if r.opts.json {
@@ -153,6 +155,18 @@ func (r *runner) attempt(ctx context.Context, sandboxed bool) (orchestrator.Atte
 	ar.Result = res
 	ar.Stdout, ar.Stderr = outBuf.Bytes(), errBuf.Bytes()
 	return ar, nil
+}
+
+// workspaceRoots keeps the writable root of workspace-write on the
+// workspace (the base cwd), wherever a tool call's workdir points: the
+// sandbox makes its own cwd writable, so a workdir other than the base cwd
+// runs as read-only with the workspace and the --writable-root folders as
+// the writable roots. A model's workdir never chooses what is writable.
+func workspaceRoots(kind sandbox.Kind, cwd, base string, extra []string) (sandbox.Kind, []string) {
+	if kind != sandbox.KindWorkspaceWrite || filepath.Clean(cwd) == filepath.Clean(base) {
+		return kind, extra
+	}
+	return sandbox.KindReadOnly, append([]string{filepath.Clean(base)}, extra...)
 }
 
 type regOutcome struct {

@@ -4,8 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/netproxy/netproxy/execcore"
+	"github.com/netproxy/netproxy/execcore/shellparse"
 	"github.com/netproxy/netproxy/sandbox"
 	"github.com/netproxy/netproxy/sandbox/orchestrator"
 )
@@ -40,9 +45,21 @@ func evaluateInvocation(cf *checkFlags, ro runOptions, stdin io.Reader) (*invoca
 	if len(res.Envelope.Argv) == 0 {
 		return nil, fmt.Errorf("execcore produced an empty handler argv")
 	}
+	argv := res.Envelope.Argv
+	if shell, ok := res.Trust.Shell(argv[0]); ok && !strings.Contains(argv[0], "/") {
+		// A bare shell name runs from execwrap's own trusted PATH, never
+		// from the caller's (a workspace bin/ first on PATH must not turn
+		// a wrapper's shell into a workspace program).
+		abs, err := resolveTrustedShell(string(shell), res.Trust)
+		if err != nil {
+			return nil, err
+		}
+		argv = append([]string{abs}, argv[1:]...)
+	}
 	return &invocation{
-		HandlerArgv:        res.Envelope.Argv,
+		HandlerArgv:        argv,
 		Cwd:                res.Envelope.Cwd,
+		BaseCwd:            in.BaseCwd,
 		ApprovalIdentity:   res.Identity.Command,
 		Requirement:        req,
 		ExecSource:         execSource(res.Evaluation),
@@ -54,4 +71,21 @@ func evaluateInvocation(cf *checkFlags, ro runOptions, stdin io.Reader) (*invoca
 		Env:                res.Envelope.Env,
 		TimeoutMS:          res.Envelope.TimeoutMS,
 	}, nil
+}
+
+// resolveTrustedShell finds a shell in the system directories, in order,
+// skipping any inside a writable root: the first regular, executable file
+// wins. Symbolic links are followed (/bin/sh → dash); the name itself is
+// what was trusted.
+func resolveTrustedShell(name string, tr shellparse.Trust) (string, error) {
+	for _, dir := range shellparse.SystemDirs() {
+		p := dir + "/" + name
+		if !tr.SystemPath(p) {
+			continue
+		}
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && unix.Access(p, unix.X_OK) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("no %s in the trusted system directories (%s)", name, strings.Join(shellparse.SystemDirs(), ":"))
 }

@@ -2,6 +2,8 @@ package envpolicy
 
 import (
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -51,4 +53,84 @@ func TestValidate(t *testing.T) {
 	if err := (Policy{Inherit: InheritCore, Exclude: []string{"*X*"}}).Validate(); err != nil {
 		t.Error(err)
 	}
+}
+
+func TestWithGitSafety(t *testing.T) {
+	cases := []struct {
+		in   []string
+		keep int
+	}{
+		{nil, 0},
+		{[]string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=a.b", "GIT_CONFIG_VALUE_0=c"}, 1},
+		{[]string{"GIT_CONFIG_COUNT=2", "GIT_CONFIG_KEY_0=a.b", "GIT_CONFIG_VALUE_0=c"}, 0},
+		{[]string{"GIT_CONFIG_COUNT=x", "GIT_CONFIG_KEY_0=a.b"}, 0},
+		{[]string{"GIT_CONFIG_COUNT=-1"}, 0},
+		{[]string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=a.b", "GIT_CONFIG_KEY_5=core.fsmonitor", "GIT_CONFIG_VALUE_05=x"}, 1},
+		{[]string{"GIT_EXTERNAL_DIFF=x", "GIT_CONFIG_PARAMETERS=y", "PATH=/bin"}, 0},
+	}
+	for _, c := range cases {
+		out := WithGitSafety(c.in)
+		checkGitSafety(t, c.in, out, c.keep)
+	}
+}
+
+func checkGitSafety(t *testing.T, in, out []string, keep int) {
+	t.Helper()
+	env := map[string]string{}
+	for _, kv := range out {
+		k, v, _ := strings.Cut(kv, "=")
+		if _, dup := env[k]; dup {
+			t.Fatalf("%q: duplicate %s in %q", in, k, out)
+		}
+		env[k] = v
+	}
+	for _, k := range []string{"GIT_EXTERNAL_DIFF", "GIT_CONFIG_PARAMETERS"} {
+		if _, ok := env[k]; ok {
+			t.Errorf("%q: %s kept", in, k)
+		}
+	}
+	n, err := strconv.Atoi(env["GIT_CONFIG_COUNT"])
+	if err != nil || (keep >= 0 && n != keep+len(gitOverrides)) {
+		t.Fatalf("%q: count %q (want %d) in %q", in, env["GIT_CONFIG_COUNT"], keep+len(gitOverrides), out)
+	}
+	for i := 0; i < n; i++ {
+		if _, ok := env["GIT_CONFIG_KEY_"+strconv.Itoa(i)]; !ok {
+			t.Fatalf("%q: key %d missing in %q", in, i, out)
+		}
+	}
+	for i, kv := range gitOverrides {
+		idx := strconv.Itoa(n - len(gitOverrides) + i)
+		if env["GIT_CONFIG_KEY_"+idx] != kv[0] || env["GIT_CONFIG_VALUE_"+idx] != kv[1] {
+			t.Errorf("%q: override %s not last in %q", in, kv[0], out)
+		}
+	}
+	for k := range env {
+		for _, p := range []string{"GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"} {
+			if rest, ok := strings.CutPrefix(k, p); ok {
+				if i, err := strconv.Atoi(rest); err != nil || i >= n || strconv.Itoa(i) != rest {
+					t.Errorf("%q: stray %s in %q", in, k, out)
+				}
+			}
+		}
+	}
+}
+
+// FuzzWithGitSafety: whatever the inherited environment, the overrides
+// are the last GIT_CONFIG entries and no stray entry survives.
+func FuzzWithGitSafety(f *testing.F) {
+	f.Add("GIT_CONFIG_COUNT=1\nGIT_CONFIG_KEY_0=a.b\nGIT_CONFIG_VALUE_0=c")
+	f.Add("GIT_CONFIG_COUNT=99999999999999999999\nGIT_EXTERNAL_DIFF=x")
+	f.Fuzz(func(t *testing.T, s string) {
+		seen := map[string]bool{}
+		var in []string
+		for _, kv := range strings.Split(s, "\n") {
+			k, _, _ := strings.Cut(kv, "=")
+			if k == "" || seen[k] {
+				continue
+			}
+			seen[k] = true
+			in = append(in, kv)
+		}
+		checkGitSafety(t, in, WithGitSafety(in), -1)
+	})
 }

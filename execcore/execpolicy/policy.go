@@ -289,12 +289,20 @@ type MatchOptions struct {
 	// ResolveHostExecutables enables the basename fallback for absolute
 	// program paths (gated by host_executable entries).
 	ResolveHostExecutables bool
+	// TrustedPath, when set, restricts what the basename fallback may
+	// allow: for a path no host_executable entry lists, an allow rule on
+	// its basename applies only when TrustedPath(path) is true (the
+	// system's own program, SPEC §6.2). Prompt and forbidden rules always
+	// apply: a stricter decision is never lost.
+	TrustedPath func(path string) bool
 }
 
 // Matches returns the explicit rule matches for one argv: rules stored under
 // cmd[0] verbatim first; only when none match, and cmd[0] is an absolute
 // path, the rules of its basename (if a host_executable entry for that name
-// exists, the path must be one of its listed paths).
+// exists, the path must be one of its listed paths; otherwise, with
+// opts.TrustedPath set, an untrusted path keeps only the prompt and
+// forbidden matches).
 func (p *Policy) Matches(cmd []string, opts MatchOptions) []RuleMatch {
 	if len(cmd) == 0 {
 		return nil
@@ -330,6 +338,16 @@ func (p *Policy) Matches(cmd []string, opts MatchOptions) []RuleMatch {
 		if !listed {
 			return nil
 		}
+	} else if opts.TrustedPath != nil && !opts.TrustedPath(prog) {
+		// An arbitrary path (`/proc/self/cwd/ls`, a workspace file) is
+		// not the program a bare-name allow rule names.
+		var strict []RuleMatch
+		for _, m := range p.matchExact(append([]string{base}, cmd[1:]...), abs) {
+			if m.Decision != Allow {
+				strict = append(strict, m)
+			}
+		}
+		return strict
 	}
 	rewritten := append([]string{base}, cmd[1:]...)
 	return p.matchExact(rewritten, abs)

@@ -433,3 +433,33 @@ func TestWorldWritableRulesFileIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Issue 17: with TrustedPath set, a bare-name allow rule is not inherited
+// by an arbitrary absolute path; prompt and forbidden rules still are, and
+// host_executable lists stay the operator's explicit word.
+func TestBasenameFallbackTrustedPath(t *testing.T) {
+	p := mustLoad(t, `prefix_rule(pattern=["ls"], decision="allow")
+prefix_rule(pattern=["rm"], decision="forbidden")
+prefix_rule(pattern=["tool"], decision="allow")
+host_executable(name="tool", paths=["/home/u/bin/tool"])`)
+	trusted := func(p string) bool { return strings.HasPrefix(p, "/usr/bin/") }
+	opts := MatchOptions{ResolveHostExecutables: true, TrustedPath: trusted}
+	for _, c := range []struct {
+		argv []string
+		want int
+	}{
+		{[]string{"/usr/bin/ls"}, 1},
+		{[]string{"/proc/self/cwd/ls"}, 0},
+		{[]string{"/proc/self/cwd/rm", "x"}, 1},
+		{[]string{"/home/u/bin/tool"}, 1},
+		{[]string{"/home/v/bin/tool"}, 0},
+		{[]string{"ls"}, 1},
+	} {
+		if got := len(p.Matches(c.argv, opts)); got != c.want {
+			t.Errorf("%q: %d matches, want %d", c.argv, got, c.want)
+		}
+	}
+	if got := len(p.Matches([]string{"/proc/self/cwd/ls"}, MatchOptions{ResolveHostExecutables: true})); got != 1 {
+		t.Errorf("without TrustedPath the reference fallback applies: %d", got)
+	}
+}

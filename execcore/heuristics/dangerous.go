@@ -84,7 +84,7 @@ func dangerR2(argv []string, depth int) Danger {
 		}
 		return dangerAt([]string{"sh", "-c", args[0]}, depth+1)
 	}
-	if w, ok := shellparse.ExtractWrapper(argv); ok {
+	if w, ok := shellparse.ExtractAnyWrapper(argv); ok {
 		return scriptDanger(w.Script, depth)
 	}
 	return DangerNone
@@ -105,8 +105,10 @@ func scriptDanger(script string, depth int) Danger {
 
 // forcedRm: any argument before a literal `--` that is `--force` (or an
 // unambiguous abbreviation `--f`…, which GNU getopt accepts),
-// `--interactive=never` (or an abbreviation), or a short-option cluster
-// (`-x`, not `--x`) containing `f`.
+// `--interactive=WHEN` where WHEN means never (`never`, `no`, `none` or
+// any abbreviation GNU argmatch accepts: `n`, `ne`, `non`, …) with the
+// option name itself abbreviated or not (`--inter=no`, `--i=n`), or a
+// short-option cluster (`-x`, not `--x`) containing `f`.
 func forcedRm(args []string) bool {
 	for _, a := range args {
 		if a == "--" {
@@ -117,12 +119,27 @@ func forcedRm(args []string) bool {
 			if opt != "" && strings.HasPrefix("force", opt) {
 				return true
 			}
-			if name, val, ok := strings.Cut(opt, "="); ok && name != "" && strings.HasPrefix("interactive", name) && val == "never" {
+			if name, val, ok := strings.Cut(opt, "="); ok && name != "" && strings.HasPrefix("interactive", name) && interactiveNever(val) {
 				return true
 			}
 			continue
 		}
 		if strings.HasPrefix(a, "-") && strings.Contains(a[1:], "f") {
+			return true
+		}
+	}
+	return false
+}
+
+// interactiveNever reports an rm --interactive value that GNU argmatch maps
+// to "never": a non-empty prefix of never, no or none (all three mean the
+// same, so even the ambiguous `n` is accepted).
+func interactiveNever(val string) bool {
+	if val == "" {
+		return false
+	}
+	for _, w := range []string{"never", "no", "none"} {
+		if strings.HasPrefix(w, val) {
 			return true
 		}
 	}
@@ -254,7 +271,7 @@ func dangerExtended(argv []string, depth int) Danger {
 		}
 		return DangerNone
 	case shells[name]:
-		if _, ok := shellparse.ExtractWrapper(argv); ok {
+		if _, ok := shellparse.ExtractAnyWrapper(argv); ok {
 			return DangerNone // the reference procedure already read this script
 		}
 		if script, ok := shellScriptArg(argv[1:]); ok {
@@ -320,7 +337,7 @@ func ShellScript(argv []string) (string, bool) {
 	if len(argv) == 0 {
 		return "", false
 	}
-	if w, ok := shellparse.ExtractWrapper(argv); ok {
+	if w, ok := shellparse.ExtractAnyWrapper(argv); ok {
 		return w.Script, true
 	}
 	if shells[classify(argv[0])] {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/netproxy/netproxy/execcore/execpolicy"
+	"github.com/netproxy/netproxy/execcore/shellparse"
 )
 
 func a(s ...string) []string { return s }
@@ -181,7 +182,7 @@ func TestKnownSafeReferenceTable(t *testing.T) {
 		a("bash", "-lc", "ls -la"), a("zsh", "-c", "ls -la"),
 	}
 	for _, argv := range safe {
-		if !IsKnownSafe(argv) {
+		if !IsKnownSafe(argv, SafeOptions{}) {
 			t.Errorf("%q: want safe", argv)
 		}
 	}
@@ -213,11 +214,100 @@ func TestKnownSafeReferenceTable(t *testing.T) {
 		// Basename trust (issues #28732, #37078): workspace and temp files are not safe.
 		a("./cat", "x"), a("bin/sed", "-n", "1p"), a("/tmp/evil/cat", "x"), a("/var/tmp/ls"), a("/dev/shm/ls"),
 		a("bash", "-lc", ""), a("bash", "-lc", "  "),
+		// Issue 17 item 10: only a bare name or a system path is the tool.
+		a("/proc/self/cwd/cat", "f"), a("/proc/self/root/usr/bin/cat", "f"), a("/home/u/bin/cat", "f"),
+		a("/usr//bin/cat", "f"), a("/usr/bin/../../work/cat", "f"), a("bash", "-lc", "/proc/self/cwd/cat f"),
+		a("./bash", "-lc", "ls"), a("/proc/self/cwd/sh", "-c", "ls"), a("/work/x/bash.py", "-lc", "ls"), a("bash.exe", "-c", "ls"),
+		// uniq IN OUT writes OUT.
+		a("uniq", "in", "out"), a("uniq", "-c", "in", "out"), a("uniq", "-f", "1", "in", "out"), a("uniq", "-f1", "in", "out"),
+		a("uniq", "--skip-fields", "1", "in", "out"), a("uniq", "--", "-in", "out"), a("uniq", "in", "-c", "out"), a("uniq", "-x", "in"),
+		a("uniq", "--bogus", "in"), a("uniq", "--s", "in"),
+		// rg short clusters holding z.
+		a("rg", "-zi", "foo"), a("rg", "-uz", "foo"), a("rg", "-iuz", "foo"), a("rg", "-n", "-z", "foo"),
+		// git after a cd in the same script.
+		a("bash", "-lc", "cd evil && git status"), a("bash", "-lc", "cd evil; git log -p"), a("bash", "-lc", "pushd evil && git diff"),
 	}
 	for _, argv := range unsafe {
-		if IsKnownSafe(argv) {
+		if IsKnownSafe(argv, SafeOptions{}) {
 			t.Errorf("%q: want not safe", argv)
 		}
+	}
+}
+
+// Issue 17 items 1/10/11: the trusted forms that stay safe, and the
+// options that change the answer.
+func TestKnownSafeTrustAndOptions(t *testing.T) {
+	safe := [][]string{
+		a("/usr/bin/cat", "f"), a("/bin/cat", "f"), a("/usr/local/bin/rg", "x"), a("/opt/homebrew/bin/git", "status"),
+		a("/usr/bin/bash", "-lc", "ls"), a("/bin/sh", "-c", "ls | wc -l"),
+		a("uniq"), a("uniq", "in"), a("uniq", "-c", "-f", "1", "in"), a("uniq", "-cf1", "in"), a("uniq", "--count", "--skip-f=2", "in"),
+		a("uniq", "--all-repeated=separate", "in"), a("uniq", "-", "-c"), a("uniq", "-w", "3", "in"),
+		a("rg", "-ui", "foo"), a("rg", "-e", "z", "foo"), a("rg", "-ez", "foo"), a("rg", "-g", "*.zip", "foo"), a("rg", "--", "-z"),
+		a("bash", "-lc", "git status && cd sub"), a("bash", "-lc", "cd sub && ls"),
+	}
+	for _, argv := range safe {
+		if !IsKnownSafe(argv, SafeOptions{}) {
+			t.Errorf("%q: want safe", argv)
+		}
+	}
+	roots := SafeOptions{Trust: shellparse.Trust{WritableRoots: []string{"/usr/local/bin"}}}
+	for _, argv := range [][]string{a("/usr/local/bin/cat", "f"), a("/usr/local/bin/bash", "-lc", "ls")} {
+		if IsKnownSafe(argv, roots) {
+			t.Errorf("%q with writable root /usr/local/bin: want not safe", argv)
+		}
+	}
+	if !IsKnownSafe(a("/usr/bin/cat", "f"), roots) {
+		t.Error("/usr/bin/cat with writable root /usr/local/bin: want safe")
+	}
+	if IsKnownSafe(a("/usr/bin/cat", "f"), SafeOptions{Trust: shellparse.Trust{WritableRoots: []string{"relative"}}}) {
+		t.Error("a relative writable root must fail closed")
+	}
+	elsewhere := SafeOptions{GitElsewhere: true}
+	for _, argv := range [][]string{a("git", "status"), a("bash", "-lc", "git log -p"), a("bash", "-lc", "ls && git status")} {
+		if IsKnownSafe(argv, elsewhere) {
+			t.Errorf("%q away from the workspace root: want not safe", argv)
+		}
+	}
+	if !IsKnownSafe(a("ls"), elsewhere) {
+		t.Error("ls away from the workspace root: want safe")
+	}
+}
+
+func TestGitMovesWorkdir(t *testing.T) {
+	for _, c := range []struct {
+		argv []string
+		want bool
+	}{
+		{a("git", "status"), false},
+		{a("git", "-C", "evil", "status"), true},
+		{a("git", "-Cevil", "status"), true},
+		{a("git", "-c", "x=y", "-C", "evil", "status"), true},
+		{a("git", "--git-dir=evil", "log"), true},
+		{a("git", "--git-dir", "evil", "log"), true},
+		{a("git", "--work-tree", "w", "log"), true},
+		{a("git", "--no-pager", "log", "-C"), false},
+		{a("git", "log", "--git-dir"), false},
+	} {
+		if got := GitMovesWorkdir(c.argv); got != c.want {
+			t.Errorf("%q: %v, want %v", c.argv, got, c.want)
+		}
+	}
+}
+
+func TestForcedRmInteractiveNever(t *testing.T) {
+	for _, f := range []string{"--interactive=never", "--interactive=no", "--interactive=none", "--interactive=n",
+		"--interactive=ne", "--interactive=non", "--inter=no", "--i=n", "--interact=never"} {
+		if got := DangerousCommand(a("rm", "-r", f, "d")); got != DangerForcedRm {
+			t.Errorf("rm -r %s: %s, want forced_rm", f, got)
+		}
+	}
+	for _, f := range []string{"--interactive=always", "--interactive=once", "--interactive=", "--interactive", "--interactive=yes", "--interactive=nevers", "--intx=never"} {
+		if got := DangerousCommand(a("rm", "-r", f, "d")); got != DangerNone {
+			t.Errorf("rm -r %s: %s, want none", f, got)
+		}
+	}
+	if got := DangerousCommand(a("rm", "-r", "--", "--interactive=never")); got != DangerNone {
+		t.Errorf("after --: %s", got)
 	}
 }
 
@@ -296,9 +386,29 @@ func FuzzDangerousCommand(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, script string) {
 		_ = DangerousCommand([]string{"bash", "-lc", script})
-		_ = IsKnownSafe([]string{"bash", "-lc", script})
+		_ = IsKnownSafe([]string{"bash", "-lc", script}, SafeOptions{})
 		fields := strings.Fields(script)
 		_ = DangerousCommand(fields)
-		_ = IsKnownSafe(fields)
+		_ = IsKnownSafe(fields, SafeOptions{})
+	})
+}
+
+// FuzzKnownSafeOptionParsers drives the uniq and rg option parsers with
+// arbitrary arguments; whatever they accept must still refuse a second
+// uniq operand pair and a leading rg -z.
+func FuzzKnownSafeOptionParsers(f *testing.F) {
+	for _, s := range []string{"-c in", "-f 1 in", "--skip-f=1 -", "-zi foo", "-e z foo", "-- -z", "-uz", "--count --", "-A"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		fields := strings.Fields(s)
+		if IsKnownSafe(append([]string{"uniq"}, fields...), SafeOptions{}) {
+			if IsKnownSafe(append(append([]string{"uniq"}, fields...), "--", "in", "out"), SafeOptions{}) {
+				t.Errorf("uniq %q -- in out: accepted", fields)
+			}
+		}
+		if IsKnownSafe(append([]string{"rg", "-z"}, fields...), SafeOptions{}) {
+			t.Errorf("rg -z %q: accepted", fields)
+		}
 	})
 }

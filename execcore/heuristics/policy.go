@@ -101,6 +101,9 @@ type Context struct {
 	Sandbox            SandboxKind
 	Permissions        SandboxPermissions
 	UsedComplexParsing bool
+	// Safe is the context of the known-safe test (trusted program words,
+	// git outside the workspace root).
+	Safe SafeOptions
 }
 
 // Unmatched is the heuristics verdict for one command, with its reasons.
@@ -117,7 +120,7 @@ type Unmatched struct {
 //     for a restricted sandbox with an override request, else allow.
 func DecideUnmatched(cmd []string, c Context) Unmatched {
 	danger := DangerousCommand(cmd)
-	safe := IsKnownSafe(cmd)
+	safe := IsKnownSafe(cmd, c.Safe)
 	u := Unmatched{Danger: danger, Safe: safe}
 	switch {
 	case safe && !c.UsedComplexParsing && c.Policy.Kind == UnlessTrusted:

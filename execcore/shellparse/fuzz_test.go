@@ -30,7 +30,7 @@ func FuzzLowering(f *testing.F) {
 			}
 		}
 		argv := []string{"bash", "-lc", script}
-		p := CommandsForExecPolicy(argv)
+		p := CommandsForExecPolicy(argv, Trust{})
 		if len(p.Commands) == 0 {
 			t.Fatalf("no commands for %q", script)
 		}
@@ -39,7 +39,7 @@ func FuzzLowering(f *testing.F) {
 				t.Fatalf("fallback of %q is %q", script, p.Commands)
 			}
 		}
-		id := CanonicalizeForApproval(argv)
+		id := CanonicalizeForApproval(argv, Trust{})
 		if len(id) == 0 {
 			t.Fatalf("empty identity for %q", script)
 		}

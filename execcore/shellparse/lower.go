@@ -241,8 +241,10 @@ type Projection struct {
 // script is plain words becomes one argv per command; a single literal
 // command with a heredoc becomes its words (used_complex_parsing); anything
 // else is the whole argv as one command.
-func CommandsForExecPolicy(argv []string) Projection {
-	if w, ok := ExtractWrapper(argv); ok {
+//
+// Only a trusted shell (see Trust) is a wrapper.
+func CommandsForExecPolicy(argv []string, tr Trust) Projection {
+	if w, ok := ExtractWrapper(argv, tr); ok {
 		if cmds, ok := PlainCommands(w.Script); ok && len(cmds) > 0 {
 			return Projection{Commands: cmds, Origin: OriginGeneric}
 		}
@@ -264,23 +266,28 @@ const PowerShellScriptSentinel = "__powershell_script__"
 // is unwrapped to its argv (dropping the shell path and -c/-lc); any other
 // bash-like wrapper becomes [__shell_script__, flag, script]; a PowerShell
 // wrapper becomes [__powershell_script__, script]; other argvs are kept.
-func CanonicalizeForApproval(argv []string) []string {
-	if w, ok := ExtractWrapper(argv); ok {
+// Only a trusted shell (see Trust) is unwrapped: the shell of any other
+// argv stays part of the identity.
+func CanonicalizeForApproval(argv []string, tr Trust) []string {
+	if w, ok := ExtractWrapper(argv, tr); ok {
 		if cmds, ok := PlainCommands(w.Script); ok && len(cmds) == 1 {
 			return cmds[0]
 		}
 		return []string{ShellScriptSentinel, w.Flag, w.Script}
 	}
-	if script, ok := powerShellScript(argv); ok {
+	if script, ok := powerShellScript(argv, tr); ok {
 		return []string{PowerShellScriptSentinel, script}
 	}
 	return append([]string(nil), argv...)
 }
 
 // powerShellScript recognises `pwsh|powershell [-NoLogo|-NoProfile]...
-// -Command|-c SCRIPT`.
-func powerShellScript(argv []string) (string, bool) {
-	if len(argv) < 3 || DetectShellType(argv[0]) != PowerShell {
+// -Command|-c SCRIPT` with a trusted program word.
+func powerShellScript(argv []string, tr Trust) (string, bool) {
+	if len(argv) < 3 {
+		return "", false
+	}
+	if name, ok := tr.Program(argv[0]); !ok || DetectShellType(name) != PowerShell {
 		return "", false
 	}
 	for i := 1; i < len(argv); i++ {

@@ -96,10 +96,31 @@ type Wrapper struct {
 	Script string
 }
 
-// ExtractWrapper recognises exactly three elements with the flag `-c` or
-// `-lc` and a bash, zsh or sh executable. Anything else (`-l -c`, `-cl`,
-// `--login`, dash, fish) is not a wrapper.
-func ExtractWrapper(argv []string) (Wrapper, bool) {
+// ExtractWrapper recognises the wrapper of SPEC §6.2: exactly three
+// elements, the flag `-c` or `-lc`, and a *trusted* bash, zsh or sh
+// (Trust.Shell: a bare name or a system path outside the writable roots).
+// Anything else (`-l -c`, `-cl`, `--login`, dash, fish, `./bash`,
+// `/proc/self/cwd/sh`) is not a wrapper: it is evaluated whole, as an
+// unknown program.
+func ExtractWrapper(argv []string, tr Trust) (Wrapper, bool) {
+	if len(argv) != 3 {
+		return Wrapper{}, false
+	}
+	if argv[1] != "-c" && argv[1] != "-lc" {
+		return Wrapper{}, false
+	}
+	t, ok := tr.Shell(argv[0])
+	if !ok {
+		return Wrapper{}, false
+	}
+	return Wrapper{Shell: argv[0], Type: t, Flag: argv[1], Script: argv[2]}, true
+}
+
+// ExtractAnyWrapper is the permissive form for detectors that only add
+// restrictions (dangerous commands, forbidden rules inside scripts): any
+// bash/zsh/sh by name or file stem, wherever it lives, counts. It must
+// never be used to lower, unwrap or trust a command.
+func ExtractAnyWrapper(argv []string) (Wrapper, bool) {
 	if len(argv) != 3 {
 		return Wrapper{}, false
 	}

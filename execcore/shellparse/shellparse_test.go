@@ -131,7 +131,11 @@ func TestCommandsForExecPolicy(t *testing.T) {
 		{a("zsh", "-lc", "ls"), [][]string{a("ls")}, false},
 		{a("/bin/bash", "-c", "git status"), [][]string{a("git", "status")}, false},
 		{a("sh", "-c", "ls"), [][]string{a("ls")}, false},
-		{a("bash.exe", "-c", "ls"), [][]string{a("ls")}, false},
+		{a("bash.exe", "-c", "ls"), [][]string{a("bash.exe", "-c", "ls")}, false},
+		{a("./bash", "-lc", "ls"), [][]string{a("./bash", "-lc", "ls")}, false},
+		{a("/proc/self/cwd/sh", "-c", "ls"), [][]string{a("/proc/self/cwd/sh", "-c", "ls")}, false},
+		{a("/usr/bin/zsh", "-c", "ls"), [][]string{a("ls")}, false},
+		{a("/opt/homebrew/bin/bash", "-c", "ls"), [][]string{a("ls")}, false},
 		{a("bash", "-lc", ""), [][]string{a("bash", "-lc", "")}, false},
 		{a("bash", "-lc", "  \n\t  "), [][]string{a("bash", "-lc", "  \n\t  ")}, false},
 		{a("zsh", "-lc", heredoc), [][]string{a("python3")}, true},
@@ -144,7 +148,7 @@ func TestCommandsForExecPolicy(t *testing.T) {
 		{a("cargo", "fmt"), [][]string{a("cargo", "fmt")}, false},
 	}
 	for _, c := range cases {
-		got := CommandsForExecPolicy(c.argv)
+		got := CommandsForExecPolicy(c.argv, Trust{})
 		if !reflect.DeepEqual(got.Commands, c.want) || got.UsedComplexParsing != c.complex || got.Origin != OriginGeneric {
 			t.Errorf("%q: got %+v, want %q complex=%v", c.argv, got, c.want, c.complex)
 		}
@@ -167,19 +171,22 @@ func TestCanonicalizeForApproval(t *testing.T) {
 		{a("bash", "-lc", "echo $(pwd)"), a("__shell_script__", "-lc", "echo $(pwd)")},
 		{a("powershell.exe", "-NoProfile", "-Command", "Write-Host hi"), a("__powershell_script__", "Write-Host hi")},
 		{a("powershell", "-Command", "Write-Host hi"), a("__powershell_script__", "Write-Host hi")},
-		{a("./workspace-local/pwsh.exe", "-NoProfile", "-Command", "Get-ChildItem"), a("__powershell_script__", "Get-ChildItem")},
+		{a("./workspace-local/pwsh.exe", "-NoProfile", "-Command", "Get-ChildItem"), a("./workspace-local/pwsh.exe", "-NoProfile", "-Command", "Get-ChildItem")},
+		{a("pwsh.exe", "-NoProfile", "-Command", "Get-ChildItem"), a("__powershell_script__", "Get-ChildItem")},
+		{a("./bash", "-lc", "ls"), a("./bash", "-lc", "ls")},
+		{a("/work/x/bash.py", "-lc", "ls"), a("/work/x/bash.py", "-lc", "ls")},
 		{a("cargo", "fmt"), a("cargo", "fmt")},
 		{a("bash", "-l", "-c", "ls"), a("bash", "-l", "-c", "ls")},
 	}
 	for _, c := range cases {
-		if got := CanonicalizeForApproval(c.argv); !reflect.DeepEqual(got, c.want) {
+		if got := CanonicalizeForApproval(c.argv, Trust{}); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%q: got %q, want %q", c.argv, got, c.want)
 		}
 	}
 	// The two escape spellings of §4.3 differ under the hardened lowering:
 	// the double-quoted escape is a script, the single-quoted text a word.
-	x := CanonicalizeForApproval(a("bash", "-lc", `tool "a\"b"`))
-	y := CanonicalizeForApproval(a("bash", "-lc", `tool 'a\"b'`))
+	x := CanonicalizeForApproval(a("bash", "-lc", `tool "a\"b"`), Trust{})
+	y := CanonicalizeForApproval(a("bash", "-lc", `tool 'a\"b'`), Trust{})
 	if reflect.DeepEqual(x, y) || x[0] != ShellScriptSentinel || !reflect.DeepEqual(y, a("tool", `a\"b`)) {
 		t.Errorf("escape identities: %q vs %q", x, y)
 	}
@@ -217,7 +224,7 @@ func TestDetectShellTypeAndDeriveExecArgs(t *testing.T) {
 		}
 		// The handler argv of bash-like shells lowers back to the script.
 		if DetectShellType(d.shell).IsBashLike() {
-			p := CommandsForExecPolicy(got)
+			p := CommandsForExecPolicy(got, Trust{})
 			if !reflect.DeepEqual(p.Commands, [][]string{a("ls", "-la")}) {
 				t.Errorf("%q lowers to %q", got, p.Commands)
 			}
@@ -266,7 +273,7 @@ func TestOversizedScriptIsNotLowered(t *testing.T) {
 	if _, ok := PlainCommands(big); ok {
 		t.Fatal("an oversized script must fall back")
 	}
-	p := CommandsForExecPolicy(a("bash", "-c", big))
+	p := CommandsForExecPolicy(a("bash", "-c", big), Trust{})
 	if len(p.Commands) != 1 || p.Commands[0][0] != "bash" {
 		t.Fatal("oversized script must be evaluated whole")
 	}
@@ -276,6 +283,50 @@ func TestLineContinuationIsNotLowered(t *testing.T) {
 	for _, s := range []string{"find . -de\\\nlete", "find . \"-de\\\nlete\"", "r\\\nm x"} {
 		if got, ok := PlainCommands(s); ok {
 			t.Errorf("%q: lowered to %q", s, got)
+		}
+	}
+}
+
+func TestTrustProgram(t *testing.T) {
+	tr := Trust{WritableRoots: []string{"/w", "/usr/local/bin"}}
+	for _, c := range []struct {
+		prog, name string
+		ok         bool
+	}{
+		{"bash", "bash", true}, {"cat", "cat", true}, {"/bin/cat", "cat", true}, {"/usr/bin/bash", "bash", true},
+		{"/sbin/ip", "ip", true}, {"/opt/homebrew/bin/git", "git", true},
+		{"/usr/local/bin/bash", "", false}, {"./bash", "", false}, {"bin/bash", "", false}, {"/proc/self/cwd/sh", "", false},
+		{"/usr//bin/cat", "", false}, {"/usr/bin/./cat", "", false}, {"/usr/bin/", "", false}, {"/usr/bin/..", "", false},
+		{"/usr/bin/sub/cat", "", false}, {"/w/bash", "", false}, {"", "", false}, {".", "", false}, {"..", "", false},
+		{"/bin", "", false}, {"/usr/lib/cat", "", false},
+	} {
+		name, ok := tr.Program(c.prog)
+		if ok != c.ok || name != c.name {
+			t.Errorf("%q: (%q, %v), want (%q, %v)", c.prog, name, ok, c.name, c.ok)
+		}
+	}
+	if _, ok := (Trust{WritableRoots: []string{"/"}}).Program("/bin/cat"); ok {
+		t.Error("/bin/cat inside the writable root / was trusted")
+	}
+	if _, ok := (Trust{WritableRoots: []string{"/usr/"}}).Program("/usr/bin/cat"); ok {
+		t.Error("a trailing slash on a root hid it")
+	}
+	for _, s := range []string{"bash.exe", "bash.py", "rbash", "dash", "/usr/bin/fish"} {
+		if _, ok := tr.Shell(s); ok {
+			t.Errorf("%s: trusted as a wrapper shell", s)
+		}
+	}
+}
+
+func TestTrustFixedProgram(t *testing.T) {
+	tr := Trust{WritableRoots: []string{"/w"}}
+	for p, want := range map[string]bool{
+		"ls": true, "/usr/bin/ls": true, "/home/u/bin/tool": true, "/opt/x/bin/tool": true,
+		"./ls": false, "bin/ls": false, "/w/bin/ls": false, "/proc/self/cwd/ls": false, "/proc/self/root/usr/bin/ls": false,
+		"/dev/fd/3": false, "/tmp/x/ls": false, "/var/tmp/ls": false, "/home/u//tool": false, "/": false, "": false,
+	} {
+		if got := tr.FixedProgram(p); got != want {
+			t.Errorf("%q: %v, want %v", p, got, want)
 		}
 	}
 }
