@@ -54,6 +54,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	// One log line per blocked request (allowed ones at debug level).
 	sinks := observe.Fanout{logging.DecisionLog{Logger: logger}}
 	var auditW *audit.Writer
+	var connSink observe.ConnectionSink // connection_closed lines (SPEC §3.9)
 	if cfg.Audit.Path != "" {
 		auditW, err = audit.Open(cfg.Audit.Path, cfg.Audit.BufferSize, logger, audit.WithDropCounter(meter.AuditDropped))
 		if err != nil {
@@ -61,6 +62,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		sinks = append(sinks, auditW)
+		connSink = auditW
 	}
 	closeAudit := func() {
 		if auditW != nil {
@@ -79,6 +81,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		Logger:  logger,
 		Metrics: meter,
 		Sinks:   sinks,
+		// Connections closed by a change are audited too.
+		ConnectionSink: connSink,
 		Setup: func(s *server.Server) error {
 			// execwrap reports its exec-policy decisions here (metrics + audit).
 			s.HandleControl(metrics.ExecDecisionPath, metrics.ExecDecisionHandler(meter, auditW))
