@@ -638,3 +638,159 @@ func TestDenyAlwaysClosesOpenTunnel(t *testing.T) {
 		return m["reason"] == "denied" && m["host"] == "alpha.test"
 	})
 }
+
+// startEcho starts a TCP echo server on 127.0.0.1 (a cheap tunnel target).
+func startEcho(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestReloadClosesExactlyTheDeniedHalfOf1000Tunnels is Deliver 2's scale
+// test: 1 000 open CONNECT tunnels to 100 hosts; a reload that denies 50
+// of the hosts closes exactly the 500 tunnels to them within 1 s, and the
+// other 500 keep working.
+func TestReloadClosesExactlyTheDeniedHalfOf1000Tunnels(t *testing.T) {
+	const hosts, perHost = 100, 10
+	echo := startEcho(t)
+	c := ProxyConfig{AllowLocal: true, Hosts: map[string][]string{}}
+	name := func(i int) string { return fmt.Sprintf("h%03d.test", i) }
+	for i := 0; i < hosts; i++ {
+		c.Domains = append(c.Domains, [2]string{name(i), "allow"})
+		c.Hosts[name(i)] = []string{"127.0.0.1"}
+	}
+	p := StartProxy(t, c)
+
+	type tun struct {
+		host   int
+		conn   net.Conn
+		closed chan time.Time
+	}
+	tuns := make([]*tun, hosts*perHost)
+	var wg sync.WaitGroup
+	errs := make(chan error, len(tuns))
+	work := make(chan int)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				h := i % hosts
+				conn, err := net.DialTimeout("tcp", p.HTTP, 5*time.Second)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				conn.SetDeadline(time.Now().Add(10 * time.Second))
+				fmt.Fprintf(conn, "CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n", name(h), echo, name(h), echo)
+				br := bufio.NewReader(conn)
+				resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
+				if err != nil || resp.StatusCode != 200 {
+					errs <- fmt.Errorf("CONNECT %s: %v %v", name(h), resp, err)
+					conn.Close()
+					continue
+				}
+				io.WriteString(conn, "ping")
+				var b [4]byte
+				if _, err := io.ReadFull(br, b[:]); err != nil || string(b[:]) != "ping" {
+					errs <- fmt.Errorf("echo through %s: %v", name(h), err)
+					conn.Close()
+					continue
+				}
+				conn.SetDeadline(time.Time{})
+				tu := &tun{host: h, conn: conn, closed: make(chan time.Time, 1)}
+				tuns[i] = tu
+				go func() {
+					io.Copy(io.Discard, br)
+					tu.closed <- time.Now()
+				}()
+			}
+		}()
+	}
+	for i := range tuns {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, tu := range tuns {
+			tu.conn.Close()
+		}
+	})
+
+	var deny [][2]string
+	for i := 0; i < hosts; i += 2 {
+		deny = append(deny, [2]string{name(i), "deny"})
+	}
+	rewriteDomains(t, p, deny...)
+	start := time.Now()
+	if code, body := p.AdminRequest(t, "POST", "/api/reload", p.Token); code != 200 {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	var last time.Time
+	for _, tu := range tuns {
+		if tu.host%2 != 0 {
+			continue
+		}
+		select {
+		case at := <-tu.closed:
+			if at.After(last) {
+				last = at
+			}
+		case <-time.After(time.Until(start.Add(time.Second))):
+			t.Fatalf("a tunnel to denied %s is still open 1 s after the reload", name(tu.host))
+		}
+	}
+	t.Logf("500 tunnels to denied hosts closed %s after the reload began", last.Sub(start))
+	time.Sleep(200 * time.Millisecond)
+	for _, tu := range tuns {
+		if tu.host%2 == 0 {
+			continue
+		}
+		select {
+		case <-tu.closed:
+			t.Fatalf("a tunnel to %s (still allowed) was closed", name(tu.host))
+		default:
+		}
+	}
+	// The survivors still carry bytes.
+	for _, tu := range tuns[:20] {
+		if tu.host%2 == 1 {
+			if _, err := io.WriteString(tu.conn, "more"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if v := metricValue(t, p, "netproxy_connections_closed_total", `{reason="denied"}`); v != 500 {
+		t.Fatalf("connections_closed_total{denied} = %v, want 500", v)
+	}
+}
