@@ -281,3 +281,23 @@ func BenchmarkReloadRecheck10kTunnels(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// BenchmarkBindPlainSameTarget is what the registry adds to a keep-alive
+// request: two generation loads and a comparison with the last target (no
+// lock, no allocation).
+func BenchmarkBindPlainSameTarget(b *testing.B) {
+	ln := closingListener(b)
+	defer ln.Close()
+	tr := NewTracker(0, nil)
+	core := &Core{Tracker: tr, Recheck: &rechecker{}}
+	c := register(b, tr, ln, "", "")
+	d := hostpolicy.Decision{Verdict: hostpolicy.Allow, Host: "up.test", Port: 80, Addrs: []netip.Addr{netip.MustParseAddr("93.184.216.34")}}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if !core.bindPlain(c, &d, c.generation()) {
+				b.Fatal("closed")
+			}
+		}
+	})
+}
