@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -302,6 +303,8 @@ func TestNeverConnectsToItsOwnListeners(t *testing.T) {
 	})
 }
 
+var viaRE = regexp.MustCompile(`^1\.1 netproxy-[0-9a-f]{16}$`)
+
 // fdCount counts the open descriptors of pid.
 func fdCount(t *testing.T, pid int) int {
 	t.Helper()
@@ -336,6 +339,10 @@ func TestRequestToItselfDoesNotLoop(t *testing.T) {
 		return time.Since(start)
 	}
 	served()
+	// Every forwarded plain-HTTP request carries this instance's Via.
+	if via := up.LastHeaders().Get("Via"); !viaRE.MatchString(via) {
+		t.Fatalf("the upstream saw Via %q, want 1.1 netproxy-<16 hex>", via)
+	}
 	before := fdCount(t, pid)
 
 	var wg sync.WaitGroup
