@@ -499,10 +499,24 @@ func TestRevocationClosesOpenTunnels(t *testing.T) {
 	as, asbr := framedTunnel(t, p, "socks5", Frame(a.Token), "up.test", up.Port)
 	bc, bbr := framedTunnel(t, p, "https", Frame(b.Token), "up.test", up.Port)
 	bs, bsbr := framedTunnel(t, p, "socks5", Frame(b.Token), "up.test", up.Port)
+	// And an idle keep-alive plain-HTTP connection of the same execution.
+	ak, err := net.DialTimeout("tcp", p.HTTP, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ak.Close()
+	ak.SetDeadline(time.Now().Add(10 * time.Second))
+	ak.Write(Frame(a.Token))
+	fmt.Fprintf(ak, "GET http://up.test:%d/hello HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", up.Port, up.Port)
+	if resp, err := http.ReadResponse(bufio.NewReader(ak), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("keep-alive request: %v %v", resp, err)
+	} else {
+		io.ReadAll(resp.Body)
+	}
 
 	start := time.Now()
 	p.Revoke(t, a.ExecutionID)
-	for _, c := range []net.Conn{ac, as} {
+	for _, c := range []net.Conn{ac, as, ak} {
 		if !waitClosed(c, time.Second-time.Since(start)) {
 			t.Fatal("a tunnel of the revoked execution is still open 1 s after DELETE")
 		}
@@ -521,14 +535,14 @@ func TestRevocationClosesOpenTunnels(t *testing.T) {
 	if out, _ := RawExchange(t, p.HTTP, append(Frame(a.Token), plainGET("up.test", up.Port)...), 3*time.Second); out != "" {
 		t.Fatalf("a revoked token still served: %q", out)
 	}
-	lines := waitAudit(t, p, "connection_closed", 2, func(m map[string]any) bool {
+	lines := waitAudit(t, p, "connection_closed", 3, func(m map[string]any) bool {
 		return m["reason"] == "execution_ended" && m["execution_id"] == a.ExecutionID
 	})
-	if len(lines) != 2 {
-		t.Fatalf("connection_closed lines for the revoked execution: %d, want 2", len(lines))
+	if len(lines) != 3 {
+		t.Fatalf("connection_closed lines for the revoked execution: %d, want 3", len(lines))
 	}
-	if v := metricValue(t, p, "netproxy_connections_closed_total", `{reason="execution_ended"}`); v != 2 {
-		t.Fatalf("connections_closed_total{execution_ended} = %v, want 2", v)
+	if v := metricValue(t, p, "netproxy_connections_closed_total", `{reason="execution_ended"}`); v != 3 {
+		t.Fatalf("connections_closed_total{execution_ended} = %v, want 3", v)
 	}
 }
 
