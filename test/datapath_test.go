@@ -7,6 +7,8 @@ package test
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -814,4 +817,58 @@ func TestReloadClosesExactlyTheDeniedHalfOf1000Tunnels(t *testing.T) {
 	if v := metricValue(t, p, "netproxy_connections_closed_total", `{reason="denied"}`); v != 500 {
 		t.Fatalf("connections_closed_total{denied} = %v, want 500", v)
 	}
+}
+
+// TestReloadDenyClosesMITMTunnel: an intercepted limited-mode CONNECT is
+// an open connection too; a reload that denies its host closes it.
+func TestReloadDenyClosesMITMTunnel(t *testing.T) {
+	up := StartUpstream(t, true)
+	cfg := StdConfig()
+	cfg.Mode = "limited"
+	cfg.Extra = "[mitm]\nenabled = true\nca_cert = \"ca.pem\"\nca_key = \"ca-key.pem\"\nupstream_ca = \"upstream.pem\"\n"
+	p := WriteProxyConfig(t, cfg)
+	writeMITMFiles(t, p.Dir, up)
+	p.Start(t)
+	caPEM, err := os.ReadFile(filepath.Join(p.Dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+
+	raw, err := net.DialTimeout("tcp", p.HTTP, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(raw, "CONNECT up.test:%d HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", up.Port, up.Port)
+	br := bufio.NewReader(raw)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	tc := tls.Client(raw, &tls.Config{RootCAs: roots, ServerName: "up.test"})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("TLS inside the intercepted tunnel: %v", err)
+	}
+	tbr := bufio.NewReader(tc)
+	fmt.Fprintf(tc, "GET /hello HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", up.Port)
+	resp, err := http.ReadResponse(tbr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || string(b) != Hello {
+		t.Fatalf("inside the intercepted tunnel: %d %q", resp.StatusCode, b)
+	}
+	rewriteDomains(t, p, [2]string{"up.test", "deny"})
+	start := time.Now()
+	if code, body := p.AdminRequest(t, "POST", "/api/reload", p.Token); code != 200 {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	if !waitClosed(tc, time.Second-time.Since(start)) {
+		t.Fatal("the intercepted tunnel to a now-denied host is still open 1 s after the reload")
+	}
+	waitAudit(t, p, "connection_closed", 1, func(m map[string]any) bool {
+		return m["reason"] == "denied" && m["host"] == "up.test" && m["protocol"] == "https"
+	})
 }
