@@ -1,11 +1,14 @@
 // Package proxy owns netproxy's data path: admission of every accepted
 // connection (connection limit, attribution frame), the HTTP/CONNECT and
-// SOCKS5 front ends, the one pinned dialer, and the byte-copying tunnels.
+// SOCKS5 front ends, the one pinned dialer, the byte-copying tunnels, and the
+// registry of open connections that every policy change, kill switch and
+// execution revocation re-checks (flows.go).
 //
 // Every request goes through the one decision chain (hostpolicy) before any
 // upstream byte is sent; this package must never resolve or dial a target the
-// chain has not allowed, never forward Proxy-Authorization, and never log a
-// token, a query string or a header value.
+// chain has not allowed, never dial one of netproxy's own listeners, never
+// forward Proxy-Authorization, and never log a token, a query string or a
+// header value.
 package proxy
 
 import (
