@@ -301,3 +301,80 @@ func BenchmarkBindPlainSameTarget(b *testing.B) {
 		}
 	})
 }
+
+// Requests and tunnels run while the policy flips between allowing and
+// denying their host and the open connections are re-checked each time
+// (run with -race). After the last flip to deny, nothing to the host is
+// left open.
+func TestRecheckWhileServing(t *testing.T) {
+	_, port := upstream(t)
+	s := newStack(t, testPolicy, Limits{}, "")
+	cfgFor := func(deny bool) *hostpolicy.Policy {
+		pol := testPolicy
+		if deny {
+			pol = strings.Replace(pol, `"up.test" = "allow"`, `"up.test" = "deny"`, 1)
+		}
+		cfg, err := config.Parse([]byte(pol), "test.toml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := hostpolicy.Compile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	allowP, denyP := cfgFor(false), cfgFor(true)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := net.Dial("tcp", s.httpAddr)
+				if err != nil {
+					return
+				}
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				if w%2 == 0 {
+					fmt.Fprintf(c, "GET http://up.test:%d/ HTTP/1.1\r\nHost: up.test:%d\r\n\r\nGET http://up.test:%d/ HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", port, port, port, port)
+				} else {
+					fmt.Fprintf(c, "CONNECT up.test:%d HTTP/1.1\r\nHost: up.test\r\n\r\nGET / HTTP/1.1\r\nHost: up.test\r\n\r\n", port)
+				}
+				buf := make([]byte, 4096)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						break
+					}
+				}
+				c.Close()
+			}
+		}(w)
+	}
+	for i := 0; i < 40; i++ {
+		if i%2 == 0 {
+			s.engine.Swap(denyP, "full")
+		} else {
+			s.engine.Swap(allowP, "full")
+		}
+		s.core.RecheckOpen()
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.engine.Swap(denyP, "full")
+	s.core.RecheckOpen()
+	// A request bound during the walk re-checks itself as it binds.
+	time.Sleep(50 * time.Millisecond)
+	for _, c := range s.tracker.begin() {
+		if f := c.flow.Load(); f != nil && f.host == "up.test" && !c.closed.Load() {
+			t.Errorf("a connection to the denied up.test is still open (%s)", f.proto)
+		}
+	}
+	close(stop)
+	wg.Wait()
+}

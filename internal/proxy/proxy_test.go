@@ -34,6 +34,7 @@ type stack struct {
 	gates               []*Gate
 	registry            *attribution.Registry
 	engine              *hostpolicy.Engine
+	core                *Core
 	decisions           atomic.Int64
 	cancel              context.CancelFunc
 }
@@ -117,7 +118,9 @@ func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackPar
 		Tracker:    s.tracker,
 		Limits:     limits,
 		MITM:       parts.mitm,
+		Recheck:    eng,
 	}
+	s.core = core
 	s.httpP, s.socksP = NewHTTP(core), NewSOCKS(core)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
