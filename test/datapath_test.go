@@ -114,12 +114,20 @@ func (p *testParent) serve(c net.Conn) {
 		p.mu.Lock()
 		p.targets = append(p.targets, f[1])
 		p.mu.Unlock()
-		host, port, _ := net.SplitHostPort(f[1])
-		if up, err = net.DialTimeout("tcp", p.dialAddr(host, port), 5*time.Second); err != nil {
-			io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-			return
+		if p.loopTo != "" {
+			// Hand the CONNECT itself back to the proxy, head unchanged.
+			if up, err = net.DialTimeout("tcp", p.loopTo, 5*time.Second); err != nil {
+				return
+			}
+			up.Write([]byte(strings.Join(head, "\r\n") + "\r\n\r\n"))
+		} else {
+			host, port, _ := net.SplitHostPort(f[1])
+			if up, err = net.DialTimeout("tcp", p.dialAddr(host, port), 5*time.Second); err != nil {
+				io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
 		}
-		io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
 	} else {
 		u, perr := url.Parse(f[1])
 		if perr != nil || u.Host == "" {
@@ -436,6 +444,17 @@ func TestViaLoopThroughParentIs508(t *testing.T) {
 	if st, _, _ := curlProxy(t, p, "-H", "Via: 1.1 other-proxy", up.URL("up.test", "/hello")); st != 508 {
 		t.Fatalf("with another Via first: %d, want 508 (the loop is still ours)", st)
 	}
+	// A CONNECT handed back by the parent is a loop too (it carries our
+	// Via): the second pass is refused, the first answered 502.
+	before, _ := parent.seen()
+	out, _ := RawExchange(t, p.HTTP, []byte(fmt.Sprintf("CONNECT up.test:%d HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", up.Port, up.Port)), 5*time.Second)
+	if !strings.HasPrefix(out, "HTTP/1.1 502 ") {
+		t.Fatalf("CONNECT around the loop: %q", out)
+	}
+	if after, _ := parent.seen(); len(after) != len(before)+1 {
+		t.Fatalf("the CONNECT went around the loop %d times, want once", len(after)-len(before))
+	}
+	waitAudit(t, p, "network_decision", 1, func(m map[string]any) bool { return m["reason"] == "proxy_loop" && m["protocol"] == "https" })
 }
 
 // framedTunnel opens a CONNECT (proto "https") or SOCKS5 tunnel to

@@ -62,6 +62,10 @@ type Dialer struct {
 	AllowLocalBinding func() bool
 	Resolver          Resolver
 	Meter             *metrics.Metrics
+	// Via, when set, is sent on every CONNECT to the parent ("1.1
+	// netproxy-<instance>") so a parent that sends it back is seen as a
+	// loop, like a plain-HTTP request.
+	Via string
 
 	self atomic.Pointer[SelfAddrs]
 }
@@ -257,7 +261,11 @@ func (d *Dialer) connectViaParent(ctx context.Context, hp string) (*net.TCPConn,
 	}
 	deadline := time.Now().Add(d.timeout())
 	c.SetDeadline(deadline)
-	if _, err := fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", hp, hp); err != nil {
+	via := ""
+	if d.Via != "" {
+		via = "Via: " + d.Via + "\r\n"
+	}
+	if _, err := fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", hp, hp, via); err != nil {
 		c.Close()
 		return nil, &parentError{err}
 	}

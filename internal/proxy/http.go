@@ -601,8 +601,12 @@ func writeBlockedText(bw *bufio.Writer, d hostpolicy.Decision) {
 		return
 	}
 	body := d.Message()
-	fmt.Fprintf(bw, "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain; charset=utf-8\r\nX-Proxy-Error: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
-		d.XProxyError(), len(body), body)
+	status := "403 Forbidden"
+	if d.Reason == ReasonProxyLoop {
+		status = "508 Loop Detected"
+	}
+	fmt.Fprintf(bw, "HTTP/1.1 %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Proxy-Error: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		status, d.XProxyError(), len(body), body)
 	bw.Flush()
 }
 
@@ -624,6 +628,11 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 		return false
 	}
 	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTPS, http.MethodConnect)
+	if h.via.looped(req.Header) {
+		// Our own CONNECT to a parent came back (SPEC §3.5).
+		writeBlockedText(bw, h.core.loopDecision(hreq))
+		return false
+	}
 	gen := c.generation()
 	d := h.core.decideWatching(ctx, c, hreq)
 	if !d.Allowed() {

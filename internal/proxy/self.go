@@ -135,9 +135,11 @@ func newVia(instance string) via {
 	if instance == "" {
 		return via{}
 	}
-	tok := "netproxy-" + instance
-	return via{token: tok, value: []string{"1.1 " + tok}}
+	return via{token: "netproxy-" + instance, value: []string{ViaValue(instance)}}
 }
+
+// ViaValue is the Via element of this process: "1.1 netproxy-<instance>".
+func ViaValue(instance string) string { return "1.1 netproxy-" + instance }
 
 // looped reports whether a request already passed through this process
 // (its Via carries our token).

@@ -179,6 +179,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.dialer.Via = proxy.ViaValue(instance)
 	core := &proxy.Core{
 		Recheck:    s.engine,
 		Closed:     opts.ConnectionSink,
