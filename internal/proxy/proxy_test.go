@@ -39,6 +39,9 @@ type stack struct {
 	cancel              context.CancelFunc
 }
 
+// testInstance is the Via instance of every test stack.
+const testInstance = "f0f0f0f0f0f0f0f0"
+
 func (s *stack) ObserveDecision(observe.DecisionEvent) { s.decisions.Add(1) }
 
 const testPolicy = `
@@ -119,6 +122,7 @@ func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackPar
 		Limits:     limits,
 		MITM:       parts.mitm,
 		Recheck:    eng,
+		Instance:   testInstance,
 	}
 	s.core = core
 	s.httpP, s.socksP = NewHTTP(core), NewSOCKS(core)
