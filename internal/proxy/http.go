@@ -457,6 +457,7 @@ func (h *HTTPProxy) serveFast(pc *plainConn, c *Conn, bw *bufio.Writer, req *htt
 	resp, err := h.pool.roundTrip(ctx, req, &t, pc.watch)
 	if err != nil && refusedAtDial(err) {
 		h.core.logger().Info("dial refused", "host", d.Host, "error", scrubErr(err))
+		rw.req = nil
 		writeBlockedJSON(bw, refusedDecision(d), false, req.Method == http.MethodHead)
 		return false
 	} else if err != nil {
