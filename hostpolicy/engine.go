@@ -33,6 +33,7 @@ type Engine struct {
 	// Copy-on-write: Evaluate reads them without a lock; Amend is rare.
 	amendMu sync.Mutex
 	amends  atomic.Pointer[amendments]
+	subs    subscribers // Subscribe's callbacks (recheck.go)
 }
 
 type amendments struct{ allow, deny map[string]struct{} }
@@ -68,6 +69,7 @@ func orEmpty(p *Policy) *Policy {
 // Evaluate finish on the policy they started with.
 func (e *Engine) Swap(p *Policy, mode string) {
 	e.state.Store(&engineState{policy: orEmpty(p), mode: mode})
+	e.notify()
 }
 
 // Policy returns the current compiled policy.
@@ -106,6 +108,7 @@ func (e *Engine) Amend(host string, d Verdict) {
 		delete(next.allow, h)
 	}
 	e.amends.Store(next)
+	e.notify()
 }
 
 func amended(set map[string]struct{}, hosts ...string) (string, bool) {

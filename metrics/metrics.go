@@ -47,6 +47,7 @@ type Metrics struct {
 
 	connsActive *prometheus.GaugeVec
 	connsTotal  *prometheus.CounterVec
+	connsClosed *prometheus.CounterVec
 
 	attribution *prometheus.CounterVec
 
@@ -71,7 +72,7 @@ type Metrics struct {
 var (
 	protocolValues    = set("http", "https", "socks5-tcp")
 	decisionValues    = set("allow", "deny", "ask")
-	reasonValues      = set("denied", "not_allowed", "not_allowed_local", "method_not_allowed", "mitm_required", "mitm_hook_denied", "proxy_disabled", "attribution_rejected", "policy_denied", "approvals_overloaded")
+	reasonValues      = set("denied", "not_allowed", "not_allowed_local", "method_not_allowed", "mitm_required", "mitm_hook_denied", "proxy_disabled", "attribution_rejected", "policy_denied", "proxy_loop", "approvals_overloaded", "approvals_unavailable", "credential_misuse")
 	sourceValues      = set("baseline_policy", "decider", "mode_guard", "proxy_state")
 	approvalKinds     = set("network", "exec")
 	reviewerValues    = set("user", "guardian", "hook", "cache", "policy")
@@ -83,6 +84,7 @@ var (
 	reloadResults     = set("ok", "error")
 	patternLists      = set("allow", "deny")
 	requirementValues = set("skip", "needs_approval", "forbidden")
+	closeReasons      = set("denied", "not_allowed_local", "proxy_disabled", "execution_ended")
 	execSourceValues  = set("prefix", "heuristics", "rules", "user", "guardian", "hook", "policy", "cache")
 )
 
@@ -152,6 +154,10 @@ func New(maxHostLabels int) *Metrics {
 			Name: "netproxy_connections_total",
 			Help: "Client connections accepted, by listener.",
 		}, []string{"listener"}),
+		connsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "netproxy_connections_closed_total",
+			Help: "Open connections and tunnels closed by netproxy because a policy change, the kill switch or the end of their execution no longer allows them, by reason (denied|not_allowed_local|proxy_disabled|execution_ended).",
+		}, []string{"reason"}),
 		attribution: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "netproxy_attribution_total",
 			Help: "Attribution frame outcomes per accepted connection (ok, unattributed, or the rejection cause).",
@@ -197,7 +203,7 @@ func New(maxHostLabels int) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.requests, m.deniedHosts, m.decisionSeconds,
 		m.approvals, m.approvalsPending, m.approvalWait,
-		m.connsActive, m.connsTotal, m.attribution,
+		m.connsActive, m.connsTotal, m.connsClosed, m.attribution,
 		m.upstreamDial, m.upstreamErrors, m.bytes,
 		m.policyReloads, m.policyPatterns,
 		m.executionsActive, m.execDecisions, m.auditDropped,
@@ -237,6 +243,9 @@ func (m *Metrics) initSeries() {
 	}
 	for v := range attributionValues {
 		m.attribution.WithLabelValues(v)
+	}
+	for v := range closeReasons {
+		m.connsClosed.WithLabelValues(v)
 	}
 	for v := range reloadResults {
 		m.policyReloads.WithLabelValues(v)
@@ -313,6 +322,15 @@ func (m *Metrics) ConnClosed(listener string) {
 		return
 	}
 	m.connsActive.WithLabelValues(clamp(listener, listenerValues)).Dec()
+}
+
+// ConnectionClosedByPolicy counts one open connection or tunnel that
+// netproxy closed because it is no longer allowed (SPEC §3.9), by reason.
+func (m *Metrics) ConnectionClosedByPolicy(reason string) {
+	if m == nil {
+		return
+	}
+	m.connsClosed.WithLabelValues(clamp(reason, closeReasons)).Inc()
 }
 
 // Attribution counts the attribution outcome of one accepted connection.

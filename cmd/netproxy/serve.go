@@ -55,6 +55,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	// One log line per blocked request (allowed ones at debug level).
 	sinks := observe.Fanout{logging.DecisionLog{Logger: logger}}
 	var auditW *audit.Writer
+	var connSink observe.ConnectionSink // connection_closed lines (SPEC §3.9)
 	if cfg.Audit.Path != "" {
 		auditW, err = audit.Open(cfg.Audit.Path, cfg.Audit.BufferSize, logger, audit.WithDropCounter(meter.AuditDropped))
 		if err != nil {
@@ -62,6 +63,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		sinks = append(sinks, auditW)
+		connSink = auditW
 	}
 	closeAudit := func() {
 		if auditW != nil {
@@ -83,6 +85,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		Logger:  logger,
 		Metrics: meter,
 		Sinks:   sinks,
+		// Connections closed by a change are audited too.
+		ConnectionSink: connSink,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "netproxy serve: %v\n", err)

@@ -33,3 +33,26 @@ func (f Fanout) ObserveDecision(e DecisionEvent) {
 		s.ObserveDecision(e)
 	}
 }
+
+// ConnectionClosedEvent is one open connection or tunnel that netproxy
+// closed because the current state no longer allows it (SPEC §3.9): its
+// target is now denied or not_allowed_local, the proxy was disabled, or its
+// execution ended.
+type ConnectionClosedEvent struct {
+	Time     time.Time
+	Reason   string // denied | not_allowed_local | proxy_disabled | execution_ended
+	Protocol hostpolicy.Protocol
+	Host     string // normalised target host ("" when no request was made yet)
+	Port     uint16
+	Client   string
+	// Attribution of the connection (empty when unattributed).
+	ExecutionID   string
+	SessionID     string
+	EnvironmentID string
+}
+
+// ConnectionSink receives every connection netproxy closes for SPEC §3.9.
+// It must not block.
+type ConnectionSink interface {
+	ConnectionClosed(ConnectionClosedEvent)
+}

@@ -58,6 +58,15 @@ type Core struct {
 	// MITM, when set, intercepts limited-mode CONNECTs whose host is
 	// allowed (SPEC §3.8) instead of answering mitm_required.
 	MITM *mitm.Interceptor
+	// Recheck judges open connections after a change (SPEC §3.9); nil:
+	// open connections are never re-checked.
+	Recheck Rechecker
+	// Closed receives every connection closed by a change (the audit).
+	Closed observe.ConnectionSink
+	// Instance is this process's random id: forwarded plain-HTTP requests
+	// carry "Via: 1.1 netproxy-<Instance>", and a request that arrives
+	// with it is a loop (508 proxy_loop). Empty: no Via, no detection.
+	Instance string
 }
 
 func (c *Core) logger() *slog.Logger {
@@ -92,6 +101,12 @@ func (c *Core) stillAttributed(conn *Conn) bool {
 func (c *Core) decide(ctx context.Context, req hostpolicy.Request) hostpolicy.Decision {
 	start := time.Now()
 	d := c.mitmAdmit(req, c.Engine.Evaluate(ctx, req))
+	if d.Allowed() && c.Dialer != nil && c.Dialer.Self().ContainsAny(d.Addrs, d.Port) {
+		// SPEC §3.5: never dial a listener of this process, whatever
+		// allowed it (allow_local_binding, an allow-listed 127.0.0.1).
+		d.Verdict, d.Reason, d.Source = hostpolicy.Deny, hostpolicy.ReasonNotAllowedLocal, hostpolicy.SourceBaseline
+		d.Steps = append(d.Steps, hostpolicy.Step{Step: "local_guard", Result: "block", Detail: "netproxy's own listen address"})
+	}
 	if d.Host == "" {
 		// Normalisation failed: report what the client asked for.
 		d.Host = strings.ToLower(req.Host)

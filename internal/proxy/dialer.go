@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -60,6 +62,24 @@ type Dialer struct {
 	AllowLocalBinding func() bool
 	Resolver          Resolver
 	Meter             *metrics.Metrics
+	// Via, when set, is sent on every CONNECT to the parent ("1.1
+	// netproxy-<instance>") so a parent that sends it back is seen as a
+	// loop, like a plain-HTTP request.
+	Via string
+
+	self atomic.Pointer[SelfAddrs]
+}
+
+// SetSelf installs the addresses netproxy listens on (after binding them);
+// they are never dialed, neither as a target nor as the parent.
+func (d *Dialer) SetSelf(s *SelfAddrs) { d.self.Store(s) }
+
+// Self returns the listen addresses set with SetSelf (nil before).
+func (d *Dialer) Self() *SelfAddrs {
+	if d == nil {
+		return nil
+	}
+	return d.self.Load()
 }
 
 // ParseParent validates network.upstream_proxy ("" → no parent).
@@ -111,6 +131,9 @@ func (d *Dialer) addrs(ctx context.Context, t Target) ([]netip.Addr, error) {
 			}
 		}
 	}
+	if self := d.Self(); self.ContainsAny(addrs, t.Port) {
+		return nil, fmt.Errorf("%w (%s port %d)", ErrSelf, t.Host, t.Port)
+	}
 	return addrs, nil
 }
 
@@ -125,7 +148,7 @@ func (d *Dialer) DialTarget(ctx context.Context, t Target) (*net.TCPConn, error)
 	start := time.Now()
 	var c *net.TCPConn
 	if d.Parent != "" {
-		c, err = d.dialViaParent(ctx, t)
+		c, err = d.dialViaParent(ctx, addrs, t.Port)
 	} else {
 		c, err = d.dialAddrs(ctx, addrs, t.Port)
 	}
@@ -166,6 +189,9 @@ func (d *Dialer) dialAddrs(ctx context.Context, addrs []netip.Addr, port uint16)
 }
 
 func (d *Dialer) dialParentRaw(ctx context.Context) (*net.TCPConn, error) {
+	if d.parentIsSelf() {
+		return nil, &parentError{fmt.Errorf("%w: network.upstream_proxy %s", ErrSelf, d.Parent)}
+	}
 	ctx, cancel := context.WithTimeout(ctx, d.timeout())
 	defer cancel()
 	var nd net.Dialer
@@ -176,16 +202,70 @@ func (d *Dialer) dialParentRaw(ctx context.Context) (*net.TCPConn, error) {
 	return c.(*net.TCPConn), nil
 }
 
-// dialViaParent opens a CONNECT tunnel to t through the parent proxy.
-func (d *Dialer) dialViaParent(ctx context.Context, t Target) (*net.TCPConn, error) {
+// parentIsSelf reports whether the configured parent is one of our own
+// listeners (a parent given as an IP literal or localhost).
+func (d *Dialer) parentIsSelf() bool {
+	self := d.Self()
+	if self == nil {
+		return false
+	}
+	host, portStr, err := net.SplitHostPort(d.Parent)
+	if err != nil {
+		return false
+	}
+	port, ok := parsePort(portStr)
+	if !ok {
+		return false
+	}
+	var addrs []netip.Addr
+	if strings.EqualFold(host, "localhost") {
+		addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
+	} else if a, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{a}
+	}
+	return self.ContainsAny(addrs, port)
+}
+
+// pinnedHostPort is what the parent is told to connect to: a pinned
+// address, never the name (SPEC §3.5), so it cannot resolve it again.
+func pinnedHostPort(a netip.Addr, port uint16) string {
+	return netip.AddrPortFrom(a.Unmap().WithZone(""), port).String()
+}
+
+// dialViaParent opens a CONNECT tunnel through the parent proxy to the
+// first pinned address it reaches.
+func (d *Dialer) dialViaParent(ctx context.Context, addrs []netip.Addr, port uint16) (*net.TCPConn, error) {
+	var first error
+	for _, a := range addrs {
+		c, err := d.connectViaParent(ctx, pinnedHostPort(a, port))
+		if err == nil {
+			return c, nil
+		}
+		if first == nil {
+			first = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if first == nil {
+		first = ErrNoAddresses
+	}
+	return nil, first
+}
+
+func (d *Dialer) connectViaParent(ctx context.Context, hp string) (*net.TCPConn, error) {
 	c, err := d.dialParentRaw(ctx)
 	if err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(d.timeout())
 	c.SetDeadline(deadline)
-	hp := t.hostPort()
-	if _, err := fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", hp, hp); err != nil {
+	via := ""
+	if d.Via != "" {
+		via = "Via: " + d.Via + "\r\n"
+	}
+	if _, err := fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", hp, hp, via); err != nil {
 		c.Close()
 		return nil, &parentError{err}
 	}
@@ -202,6 +282,30 @@ func (d *Dialer) dialViaParent(ctx context.Context, t Target) (*net.TCPConn, err
 	}
 	c.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// PinForParent rewrites an allowed plain-HTTP request for the parent proxy:
+// the request line names a pinned address (absolute-form
+// http://203.0.113.7:80/path) and Host keeps the name (SPEC §3.5). It
+// returns the target with the addresses checked (resolved now when the
+// guard was skipped). The transport then writes the absolute form from
+// URL.Opaque, which it does not replace with the Host header.
+func (d *Dialer) PinForParent(ctx context.Context, req *http.Request, t Target, authority string) (Target, error) {
+	addrs, err := d.addrs(ctx, t)
+	if err != nil {
+		return t, err
+	}
+	t.Addrs = addrs
+	hp := pinnedHostPort(addrs[0], t.Port)
+	path := req.URL.EscapedPath()
+	if path == "" {
+		path = "/"
+	}
+	req.URL.Scheme = "http"
+	req.URL.Host = hp
+	req.URL.Opaque = "//" + hp + path
+	req.Host = authority
+	return t, nil
 }
 
 // DialContext is the http.Transport dialer for plain HTTP. The decision
@@ -257,7 +361,7 @@ func errorKind(err error) string {
 		return "refused"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return "timeout"
-	case errors.Is(err, ErrNonPublic), errors.Is(err, ErrNoAddresses):
+	case errors.Is(err, ErrNonPublic), errors.Is(err, ErrNoAddresses), errors.Is(err, ErrSelf):
 		return "dial"
 	}
 	var oe *net.OpError

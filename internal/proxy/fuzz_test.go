@@ -331,9 +331,10 @@ func FuzzSOCKSHandshake(f *testing.F) {
 // httpAnswerStatuses is every status the HTTP front end sends while nothing
 // is allowed: 400 (malformed head, missing or mismatched host, non-http
 // scheme, bad CONNECT authority or port), 403 (the policy's block, JSON or
-// text) and 431 (head over limits.max_header_bytes). 502 and 200 need an
+// text), 431 (head over limits.max_header_bytes) and 508 (a request with
+// this instance's own Via: a loop). 502 and 200 need an
 // allowed decision; the code sends no 405, 413 or 503.
-var httpAnswerStatuses = map[int]bool{400: true, 403: true, 431: true}
+var httpAnswerStatuses = map[int]bool{400: true, 403: true, 431: true, 508: true}
 
 // requestMethods returns the methods of the requests at the start of data
 // as the proxy's parser (http.ReadRequest) reads them, up to the first one
@@ -381,7 +382,7 @@ func checkHTTPAnswer(input, answer []byte, cut bool) error {
 			return fmt.Errorf("response %d: %v: %q", i, err, answer)
 		}
 		if !httpAnswerStatuses[resp.StatusCode] {
-			return fmt.Errorf("response %d has status %d, want one of 400, 403, 431: %q", i, resp.StatusCode, answer)
+			return fmt.Errorf("response %d has status %d, want one of 400, 403, 431, 508: %q", i, resp.StatusCode, answer)
 		}
 		if resp.ContentLength < 0 {
 			return fmt.Errorf("response %d has no Content-Length: %q", i, answer)
@@ -453,6 +454,9 @@ func FuzzHTTPRequestHead(f *testing.F) {
 		"GET http://public.test/ HTTP/9.9\r\n\r\n",
 		"GET http://public.test/ HTTP/1.1\r\nHost: public.test", // head cut short
 		"\r\n\r\nGET http://public.test/ HTTP/1.1\r\n\r\n",
+		"GET http://public.test/ HTTP/1.1\r\nHost: public.test\r\nVia: 1.0 a, 1.1 netproxy-" + testInstance + "\r\n\r\n", // our own Via: 508
+		"GET / HTTP/1.1\r\nVia: 1.1 netproxy-" + testInstance + "\r\nVia: x\r\n\r\n",
+		"CONNECT public.test:443 HTTP/1.1\r\nVia: 1.1 netproxy-" + testInstance + "\r\n\r\n",
 		"\x05\x01\x00", // SOCKS on the HTTP port
 		attribution.Magic + "\x00\x00",
 		attribution.Magic + "\x00\x05ab",

@@ -1,11 +1,14 @@
 // Package proxy owns netproxy's data path: admission of every accepted
 // connection (connection limit, attribution frame), the HTTP/CONNECT and
-// SOCKS5 front ends, the one pinned dialer, and the byte-copying tunnels.
+// SOCKS5 front ends, the one pinned dialer, the byte-copying tunnels, and the
+// registry of open connections that every policy change, kill switch and
+// execution revocation re-checks (flows.go).
 //
 // Every request goes through the one decision chain (hostpolicy) before any
 // upstream byte is sent; this package must never resolve or dial a target the
-// chain has not allowed, never forward Proxy-Authorization, and never log a
-// token, a query string or a header value.
+// chain has not allowed, never dial one of netproxy's own listeners, never
+// forward Proxy-Authorization, and never log a token, a query string or a
+// header value.
 package proxy
 
 import (
@@ -36,6 +39,10 @@ type Conn struct {
 	idle    atomic.Bool
 	closed  atomic.Bool
 	client  string // RemoteAddr().String(), rendered once per connection
+	// flow is what the connection carries traffic to now (flows.go);
+	// revoked is set once a change closed it.
+	flow    atomic.Pointer[flow]
+	revoked atomic.Bool
 }
 
 // clientAddr is the client's address as decisions report it.
@@ -70,6 +77,25 @@ type Tracker struct {
 	pending int64 // admitted slots, including connections still in admission
 	drain   atomic.Bool
 	empty   chan struct{} // closed when draining and no connection is left
+	// gen counts re-check walks (flows.go): a request that saw another
+	// value before it was decided re-checks itself once bound.
+	gen atomic.Uint64
+}
+
+// begin starts a re-check walk: it bumps the generation, then returns the
+// connections open now.
+func (t *Tracker) begin() []*Conn {
+	if t == nil {
+		return nil
+	}
+	t.gen.Add(1)
+	t.mu.Lock()
+	all := make([]*Conn, 0, len(t.conns))
+	for c := range t.conns {
+		all = append(all, c)
+	}
+	t.mu.Unlock()
+	return all
 }
 
 // NewTracker returns a tracker allowing max simultaneous connections

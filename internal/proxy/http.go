@@ -36,12 +36,13 @@ type HTTPProxy struct {
 	gp     *goproxy.ProxyHttpServer
 	tr     *http.Transport
 	pool   *upstreamPool // nil with a parent proxy
+	via    via
 	wg     sync.WaitGroup
 }
 
 // NewHTTP builds the HTTP front end over core.
 func NewHTTP(core *Core) *HTTPProxy {
-	h := &HTTPProxy{core: core, limits: core.Limits.withDefaults()}
+	h := &HTTPProxy{core: core, limits: core.Limits.withDefaults(), via: newVia(core.Instance)}
 	h.tr = &http.Transport{
 		DialContext:            core.Dialer.DialContext,
 		MaxIdleConns:           1024,
@@ -82,6 +83,12 @@ func (discardLogger) Printf(string, ...any) {}
 // filterResponse maps upstream failures to 502 and strips hop-by-hop headers.
 func (h *HTTPProxy) filterResponse(resp *http.Response, ctx *goproxy.ProxyCtx) *http.Response {
 	if resp == nil {
+		if refusedAtDial(ctx.Error) {
+			h.core.logger().Info("dial refused", "host", ctx.Req.Host, "error", scrubErr(ctx.Error))
+			host, port, _ := splitHostPort(ctx.Req.Host, 80)
+			d := hostpolicy.Decision{Verdict: hostpolicy.Deny, Reason: hostpolicy.ReasonNotAllowedLocal, Source: hostpolicy.SourceBaseline, Host: host, Port: port}
+			return blockedResponse(ctx.Req, d, hostpolicy.ProtoHTTP)
+		}
 		if ctx.Error != nil {
 			h.core.logger().Info("upstream failure", "host", ctx.Req.URL.Hostname(), "error", scrubErr(ctx.Error))
 		}
@@ -297,6 +304,18 @@ func hasBody(req *http.Request) bool {
 // servePlain handles one absolute-form (or origin-form with Host) request
 // and reports whether the connection may serve another one.
 func (h *HTTPProxy) servePlain(ctx context.Context, pc *plainConn, c *Conn, bw *bufio.Writer, req *http.Request, hostHdr string) bool {
+	if h.via.looped(req.Header) {
+		// SPEC §3.5: the request already passed through this process
+		// (before any other check: a parent may have rewritten its target).
+		authority := req.URL.Host
+		if authority == "" {
+			authority = hostHdr
+		}
+		host, port, _ := splitHostPort(authority, 80)
+		d := h.core.loopDecision(h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method))
+		writeBlockedJSON(bw, d, false, req.Method == http.MethodHead)
+		return false
+	}
 	var authority string
 	switch {
 	case req.URL.IsAbs():
@@ -332,11 +351,15 @@ func (h *HTTPProxy) servePlain(ctx context.Context, pc *plainConn, c *Conn, bw *
 	stopWatch := watchVanish(c, cancel)
 	defer stopWatch()
 	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method)
+	gen := c.generation()
 	d := h.core.decide(ctx, hreq)
 	if !d.Allowed() {
 		keep := !hasBody(req) && !req.Close
 		writeBlockedJSON(bw, d, keep, req.Method == http.MethodHead)
 		return keep
+	}
+	if !h.core.bindPlain(c, &d, gen) {
+		return false // a change since the decision closed the connection
 	}
 
 	// Forward through goproxy, dialing exactly the decision's addresses.
@@ -344,6 +367,21 @@ func (h *HTTPProxy) servePlain(ctx context.Context, pc *plainConn, c *Conn, bw *
 	req.URL.Host = authority
 	req.Host = authority
 	removeHopByHop(req.Header)
+	h.via.add(req.Header)
+	target := TargetOf(d)
+	if h.core.Dialer.Parent != "" {
+		// The parent gets the pinned address, never the name (SPEC §3.5).
+		var err error
+		if target, err = h.core.Dialer.PinForParent(ctx, req, target, authority); err != nil {
+			h.core.logger().Info("upstream failure", "host", d.Host, "error", err.Error())
+			if refusedAtDial(err) {
+				writeBlockedJSON(bw, refusedDecision(d), false, req.Method == http.MethodHead)
+			} else {
+				writeSimpleFor(bw, req.Method, http.StatusBadGateway, "upstream failure")
+			}
+			return false
+		}
+	}
 	var body *trackedBody
 	if req.Body != nil && req.Body != http.NoBody {
 		body = &trackedBody{rc: req.Body}
@@ -355,7 +393,7 @@ func (h *HTTPProxy) servePlain(ctx context.Context, pc *plainConn, c *Conn, bw *
 		// once the final response has started.
 		body.onFirstRead = rw.sendContinue
 	}
-	fctx := WithTarget(ctx, TargetOf(d))
+	fctx := WithTarget(ctx, target)
 	h.gp.ServeHTTP(rw, req.WithContext(fctx))
 	rw.finish()
 	h.core.Meter.Bytes("down", string(hostpolicy.ProtoHTTP), rw.written)
@@ -396,23 +434,33 @@ func (h *HTTPProxy) serveFast(pc *plainConn, c *Conn, bw *bufio.Writer, req *htt
 			pc.watch.disarm()
 		}
 	}()
+	gen := c.generation()
 	d := h.core.decide(ctx, h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method))
 	if !d.Allowed() {
 		keep := !req.Close
 		writeBlockedJSON(bw, d, keep, req.Method == http.MethodHead)
 		return keep
 	}
+	if !h.core.bindPlain(c, &d, gen) {
+		return false // a change since the decision closed the connection
+	}
 	req.URL.Scheme = "http"
 	req.URL.Host = authority
 	req.Host = authority
 	req.RequestURI = ""
 	removeHopByHop(req.Header)
+	h.via.add(req.Header)
 
 	rw := &pc.rw
 	*rw = respWriter{bw: bw, req: req, closeAfter: req.Close}
 	t := TargetOf(d)
 	resp, err := h.pool.roundTrip(ctx, req, &t, pc.watch)
-	if err != nil {
+	if err != nil && refusedAtDial(err) {
+		h.core.logger().Info("dial refused", "host", d.Host, "error", scrubErr(err))
+		rw.req = nil
+		writeBlockedJSON(bw, refusedDecision(d), false, req.Method == http.MethodHead)
+		return false
+	} else if err != nil {
 		h.core.logger().Info("upstream failure", "host", d.Host, "error", scrubErr(err))
 		rw.header = http.Header{"Content-Type": {"text/plain; charset=utf-8"}}
 		rw.WriteHeader(http.StatusBadGateway)
@@ -516,8 +564,12 @@ func writeBlockedJSON(bw *bufio.Writer, d hostpolicy.Decision, keep, head bool) 
 	if !keep {
 		conn = "close"
 	}
-	fmt.Fprintf(bw, "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nX-Proxy-Error: %s\r\nContent-Length: %d\r\nConnection: %s\r\n\r\n",
-		d.XProxyError(), len(body), conn)
+	status := "403 Forbidden"
+	if d.Reason == ReasonProxyLoop {
+		status = "508 Loop Detected"
+	}
+	fmt.Fprintf(bw, "HTTP/1.1 %s\r\nContent-Type: application/json\r\nX-Proxy-Error: %s\r\nContent-Length: %d\r\nConnection: %s\r\n\r\n",
+		status, d.XProxyError(), len(body), conn)
 	if !head {
 		bw.Write(body)
 	}
@@ -550,8 +602,12 @@ func writeBlockedText(bw *bufio.Writer, d hostpolicy.Decision) {
 		return
 	}
 	body := d.Message()
-	fmt.Fprintf(bw, "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain; charset=utf-8\r\nX-Proxy-Error: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
-		d.XProxyError(), len(body), body)
+	status := "403 Forbidden"
+	if d.Reason == ReasonProxyLoop {
+		status = "508 Loop Detected"
+	}
+	fmt.Fprintf(bw, "HTTP/1.1 %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Proxy-Error: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		status, d.XProxyError(), len(body), body)
 	bw.Flush()
 }
 
@@ -573,6 +629,12 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 		return false
 	}
 	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTPS, http.MethodConnect)
+	if h.via.looped(req.Header) {
+		// Our own CONNECT to a parent came back (SPEC §3.5).
+		writeBlockedText(bw, h.core.loopDecision(hreq))
+		return false
+	}
+	gen := c.generation()
 	d := h.core.decideWatching(ctx, c, hreq)
 	if !d.Allowed() {
 		writeBlockedText(bw, d)
@@ -584,13 +646,24 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 			early, _ = br.Peek(n)
 			early = append([]byte(nil), early...)
 		}
+		if !h.core.bindTunnel(c, &d, hostpolicy.ProtoHTTPS, nil, gen) {
+			return false
+		}
 		return h.serveMITM(ctx, c, bw, early, d)
 	}
 	up, err := h.core.Dialer.DialTarget(ctx, TargetOf(d))
 	if err != nil {
 		h.core.logger().Info("upstream failure", "protocol", "https", "host", d.Host, "port", d.Port, "error", err.Error())
-		writeSimple(bw, http.StatusBadGateway, "upstream failure")
+		if refusedAtDial(err) {
+			writeBlockedText(bw, refusedDecision(d))
+		} else {
+			writeSimple(bw, http.StatusBadGateway, "upstream failure")
+		}
 		return false
+	}
+	if !h.core.bindTunnel(c, &d, hostpolicy.ProtoHTTPS, up, gen) {
+		up.Close()
+		return false // a change since the decision closed the connection
 	}
 	if _, err := bw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n"); err != nil || bw.Flush() != nil {
 		up.Close()

@@ -88,6 +88,11 @@ func (c *Core) decideInner(ctx context.Context, req hostpolicy.Request) hostpoli
 // blockedJSONResponse is writeBlockedJSON's answer as an *http.Response,
 // for requests inside an intercepted tunnel.
 func blockedJSONResponse(req *http.Request, d hostpolicy.Decision) *http.Response {
+	return blockedResponse(req, d, hostpolicy.ProtoHTTPS)
+}
+
+// blockedResponse is the block of SPEC §3.7 as an *http.Response.
+func blockedResponse(req *http.Request, d hostpolicy.Decision, proto hostpolicy.Protocol) *http.Response {
 	if d.Reason == hostpolicy.ReasonProxyDisabled {
 		r := mitm.TextResponse(req, http.StatusServiceUnavailable, d.Message())
 		r.Header.Set("X-Proxy-Error", d.XProxyError())
@@ -99,7 +104,7 @@ func blockedJSONResponse(req *http.Request, d hostpolicy.Decision) *http.Respons
 	}
 	body, _ := json.Marshal(blockedBody{
 		Status: "blocked", Host: d.Host, Port: d.Port, Reason: string(d.Reason), Decision: verdict,
-		Source: string(d.Source), Protocol: string(hostpolicy.ProtoHTTPS), Message: d.Message(),
+		Source: string(d.Source), Protocol: string(proto), Message: d.Message(),
 	})
 	return &http.Response{
 		StatusCode: http.StatusForbidden, ProtoMajor: 1, ProtoMinor: 1, Request: req,

@@ -34,9 +34,13 @@ type stack struct {
 	gates               []*Gate
 	registry            *attribution.Registry
 	engine              *hostpolicy.Engine
+	core                *Core
 	decisions           atomic.Int64
 	cancel              context.CancelFunc
 }
+
+// testInstance is the Via instance of every test stack.
+const testInstance = "f0f0f0f0f0f0f0f0"
 
 func (s *stack) ObserveDecision(observe.DecisionEvent) { s.decisions.Add(1) }
 
@@ -117,7 +121,10 @@ func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackPar
 		Tracker:    s.tracker,
 		Limits:     limits,
 		MITM:       parts.mitm,
+		Recheck:    eng,
+		Instance:   testInstance,
 	}
+	s.core = core
 	s.httpP, s.socksP = NewHTTP(core), NewSOCKS(core)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -403,14 +410,59 @@ func TestDialReplyCodes(t *testing.T) {
 	}
 }
 
+// recordingParent answers one absolute-form request per connection with
+// "hello" and records its request line and Host header.
+func recordingParent(t *testing.T) (addr string, seen chan [2]string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	seen = make(chan [2]string, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			br := bufio.NewReader(c)
+			line, _ := br.ReadString('\n')
+			host := ""
+			for {
+				h, err := br.ReadString('\n')
+				if err != nil || h == "\r\n" {
+					break
+				}
+				if k, v, ok := strings.Cut(h, ":"); ok && strings.EqualFold(k, "host") {
+					host = strings.TrimSpace(v)
+				}
+			}
+			seen <- [2]string{strings.TrimSpace(line), host}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello")
+			c.Close()
+		}
+	}()
+	return ln.Addr().String(), seen
+}
+
 func TestThroughParentProxy(t *testing.T) {
 	_, port := upstream(t)
-	parent := newStack(t, testPolicy, Limits{}, "")
-	child := newStack(t, testPolicy, Limits{}, parent.httpAddr)
-	out := httpGet(t, child.httpAddr, fmt.Sprintf("http://up.test:%d/", port))
+	// Plain HTTP: the parent gets the pinned address in absolute form and
+	// the name in Host (SPEC §3.5).
+	rec, seen := recordingParent(t)
+	child := newStack(t, testPolicy, Limits{}, rec)
+	out := httpGet(t, child.httpAddr, fmt.Sprintf("http://up.test:%d/p?q=1", port))
 	if !strings.HasSuffix(out, "hello") {
 		t.Fatalf("plain HTTP through the parent: %q", out)
 	}
+	got := <-seen
+	if want := fmt.Sprintf("GET http://127.0.0.1:%d/p?q=1 HTTP/1.1", port); got[0] != want || got[1] != fmt.Sprintf("up.test:%d", port) {
+		t.Fatalf("parent saw %q Host %q, want %q Host up.test:%d", got[0], got[1], want, port)
+	}
+	// CONNECT through a netproxy parent: it is asked for the pinned
+	// address, which its own policy must allow.
+	parent := newStack(t, strings.Replace(testPolicy, "[network.domains]\n", "[network.domains]\n\"127.0.0.1\" = \"allow\"\n", 1), Limits{}, "")
+	child = newStack(t, testPolicy, Limits{}, parent.httpAddr)
 	c, err := net.Dial("tcp", child.httpAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -425,8 +477,8 @@ func TestThroughParentProxy(t *testing.T) {
 	if !strings.HasSuffix(string(data), "hello") {
 		t.Fatalf("tunnel through the parent: %q", data)
 	}
-	if n := parent.decisions.Load(); n != 2 {
-		t.Fatalf("parent saw %d requests, want 2", n)
+	if n := parent.decisions.Load(); n != 1 {
+		t.Fatalf("parent saw %d requests, want 1", n)
 	}
 }
 

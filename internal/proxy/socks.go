@@ -101,6 +101,7 @@ func (s *SOCKSProxy) ServeConn(ctx context.Context, c *Conn) {
 	c.SetDeadline(time.Now().Add(s.limits.HeaderTimeout))
 	var decision hostpolicy.Decision
 	var hreq hostpolicy.Request
+	var gen uint64
 
 	rules := ruleFunc(func(rctx context.Context, req *socks5.Request) (context.Context, bool) {
 		if req.Command != socks5.ConnectCommand {
@@ -120,6 +121,7 @@ func (s *SOCKSProxy) ServeConn(ctx context.Context, c *Conn) {
 		hreq = s.core.request(c, host, uint16(port), hostpolicy.ProtoSOCKS5, "")
 		// The handshake is over; a review may take a while.
 		c.SetDeadline(time.Time{})
+		gen = c.generation()
 		decision = s.core.decideWatching(ctx, c, hreq)
 		if !decision.Allowed() {
 			return rctx, false
@@ -136,6 +138,11 @@ func (s *SOCKSProxy) ServeConn(ctx context.Context, c *Conn) {
 			s.reply(sc, dialReply(err), nil)
 			sc.muted.Store(true)
 			return nil, err
+		}
+		if !s.core.bindTunnel(c, &decision, hostpolicy.ProtoSOCKS5, up, gen) {
+			up.Close()
+			sc.muted.Store(true)
+			return nil, errTunnelDone // a change since the decision closed it
 		}
 		local, _ := up.LocalAddr().(*net.TCPAddr)
 		if err := s.reply(sc, socksSucceeded, local); err != nil {
@@ -185,7 +192,7 @@ func (s *SOCKSProxy) reply(c *socksConn, code byte, bound *net.TCPAddr) error {
 // dialReply maps a dial failure to a SOCKS5 reply (SPEC §3.7).
 func dialReply(err error) byte {
 	switch {
-	case errors.Is(err, ErrNonPublic):
+	case errors.Is(err, ErrNonPublic), errors.Is(err, ErrSelf):
 		return socksNotAllowed
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return socksConnectionRefused

@@ -39,6 +39,9 @@ type Options struct {
 	Metrics *metrics.Metrics // nil: no metrics (every call is a no-op)
 	// Sinks receive every finished network decision (audit, blocked ring…).
 	Sinks observe.Fanout
+	// ConnectionSink receives every open connection closed by a change
+	// (SPEC §3.9: the audit's connection_closed lines); nil: none.
+	ConnectionSink observe.ConnectionSink
 	// Decider is the approval service behind not_allowed. It is consulted
 	// only when approvals.enabled; SetDecider may install it later.
 	Decider hostpolicy.Decider
@@ -70,10 +73,12 @@ type Server struct {
 	sinks    atomic.Pointer[observe.Fanout]
 	required atomic.Bool
 
-	tracker *proxy.Tracker
-	dialer  *proxy.Dialer
-	httpP   *proxy.HTTPProxy
-	socksP  *proxy.SOCKSProxy
+	tracker  *proxy.Tracker
+	dialer   *proxy.Dialer
+	core     *proxy.Core
+	rechecks *proxy.Rechecks
+	httpP    *proxy.HTTPProxy
+	socksP   *proxy.SOCKSProxy
 
 	control  *attribution.ControlServer
 	ctlApprv http.Handler
@@ -170,7 +175,15 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		Resolver:          s.engine.Resolver(),
 		Meter:             s.meter,
 	}
+	instance, err := proxy.NewInstanceID()
+	if err != nil {
+		return nil, err
+	}
+	s.dialer.Via = proxy.ViaValue(instance)
 	core := &proxy.Core{
+		Recheck:    s.engine,
+		Closed:     opts.ConnectionSink,
+		Instance:   instance,
 		Engine:     s.engine,
 		Dialer:     s.dialer,
 		Executions: s.registry,
@@ -198,6 +211,19 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.httpP = proxy.NewHTTP(core)
 	s.socksP = proxy.NewSOCKS(core)
+	s.core = core
+	// SPEC §3.9: every policy change (reload, allow_always/deny_always,
+	// kill switch) re-checks the open connections; pooled upstream
+	// connections were dialed under the old policy and are dropped.
+	s.rechecks = proxy.NewRechecks(core)
+	s.rechecks.Before = s.httpP.CloseIdle
+	s.engine.Subscribe(s.rechecks.Kick)
+	// SPEC §4.2: ending an execution closes its connections at once.
+	s.registry.OnChange(func(kind string, e attribution.Execution) {
+		if kind == attribution.ExecutionEnded {
+			core.CloseExecution(e.ID)
+		}
+	})
 
 	if opts.Setup != nil {
 		if err := opts.Setup(s); err != nil {
@@ -442,6 +468,8 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.socksGate = gate("socks5", socksLn)
 	s.adminLn = adminLn
 	s.controlLn = controlLn
+	// SPEC §3.5: never dial a listener of this process.
+	s.dialer.SetSelf(proxy.NewSelfAddrs(httpLn.Addr(), socksLn.Addr(), adminLn.Addr()))
 	s.controlPath = s.cfg.Control.Socket
 
 	addrs := s.Addrs()
@@ -451,7 +479,8 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 	s.adminSrv = &http.Server{Handler: s.admin, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 
-	s.bg.Add(4)
+	s.bg.Add(5)
+	go func() { defer s.bg.Done(); s.rechecks.Run(sctx) }()
 	go func() { defer s.bg.Done(); s.httpP.Serve(sctx, s.httpGate) }()
 	go func() { defer s.bg.Done(); s.socksP.Serve(sctx, s.socksGate) }()
 	go func() {
@@ -555,7 +584,7 @@ func (s *Server) reload() error {
 	case wasEnabled && !pol.Enabled():
 		// The kill switch: new requests are refused from the Swap on; the
 		// connections already open (tunnels above all) are cut here.
-		n := s.tracker.CloseAll()
+		n := s.core.CloseAllFor(proxy.CloseProxyDisabled)
 		s.logger.Warn("network.enabled = false: every request is now refused with proxy_disabled; closed the open proxy connections", "closed", n)
 	case !wasEnabled && pol.Enabled():
 		s.logger.Warn("network.enabled = true: the proxy serves requests again")

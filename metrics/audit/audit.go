@@ -50,6 +50,10 @@ const (
 	EventNetworkDecision  = "network_decision"
 	EventApprovalResolved = "approval_resolved"
 	EventExecDecision     = "exec_decision"
+	// EventConnectionClosed is an open connection or tunnel closed because
+	// the policy, the kill switch or its execution's end no longer allows
+	// it (SPEC §3.9).
+	EventConnectionClosed = "connection_closed"
 )
 
 // Record is one audit line. Every key is always written (empty string or 0
@@ -270,6 +274,38 @@ func (w *Writer) ApprovalResolved(a ApprovalEvent) {
 		Reviewer:      a.Reviewer,
 		Outcome:       a.Outcome,
 		Rationale:     a.Rationale,
+	})
+}
+
+// ConnectionClosed queues one connection_closed line: decision deny, the
+// close reason, and the source that reason belongs to. It never blocks.
+func (w *Writer) ConnectionClosed(e observe.ConnectionClosedEvent) {
+	if w == nil {
+		return
+	}
+	session, env := e.SessionID, e.EnvironmentID
+	if e.ExecutionID == "" {
+		session, env = cmp.Or(session, attribution.DefaultSession), cmp.Or(env, attribution.DefaultSession)
+	}
+	source := "baseline_policy"
+	if e.Reason == "proxy_disabled" || e.Reason == "execution_ended" {
+		// The proxy's own state (network.enabled, the execution
+		// registry) closed it, not the lists.
+		source = "proxy_state"
+	}
+	w.enqueue(Record{
+		Time:          e.Time,
+		Event:         EventConnectionClosed,
+		Decision:      "deny",
+		Reason:        e.Reason,
+		Source:        source,
+		Protocol:      string(e.Protocol),
+		Host:          SanitizeHost(e.Host),
+		Port:          e.Port,
+		Client:        e.Client,
+		SessionID:     session,
+		EnvironmentID: env,
+		ExecutionID:   e.ExecutionID,
 	})
 }
 

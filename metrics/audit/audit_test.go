@@ -71,6 +71,8 @@ func TestEveryEventHasTheSpecKeys(t *testing.T) {
 	w.ObserveDecision(sampleDecision())
 	w.ApprovalResolved(ApprovalEvent{ApprovalID: "a1", Kind: "network", Decision: "allow", Host: "alpha.test", Port: 80, Protocol: "http", Reviewer: "user", Outcome: "allow_once"})
 	w.ExecDecision(ExecEvent{Requirement: "needs_approval", Reason: "dangerous", Source: "heuristics", ExecutionID: "exec-2"})
+	w.ConnectionClosed(observe.ConnectionClosedEvent{Reason: "execution_ended", Protocol: "socks5-tcp", Host: "up.test/x?token=s3cret", Port: 443,
+		Client: "127.0.0.1:7", ExecutionID: "exec-3", SessionID: "s3", EnvironmentID: "e3"})
 	closeW(t, w)
 
 	st, err := os.Stat(path)
@@ -81,8 +83,8 @@ func TestEveryEventHasTheSpecKeys(t *testing.T) {
 		t.Errorf("audit file mode %v, want 0600", st.Mode().Perm())
 	}
 	lines := readLines(t, path)
-	if len(lines) != 3 {
-		t.Fatalf("%d lines, want 3", len(lines))
+	if len(lines) != 4 {
+		t.Fatalf("%d lines, want 4", len(lines))
 	}
 	for i, l := range lines {
 		if len(l) != len(specKeys) {
@@ -108,6 +110,10 @@ func TestEveryEventHasTheSpecKeys(t *testing.T) {
 	}
 	if lines[2]["event"] != "exec_decision" || lines[2]["decision"] != "needs_approval" || lines[2]["source"] != "heuristics" {
 		t.Errorf("exec line = %v", lines[2])
+	}
+	if l := lines[3]; l["event"] != "connection_closed" || l["decision"] != "deny" || l["reason"] != "execution_ended" || l["source"] != "proxy_state" ||
+		l["host"] != "up.test" || l["port"] != 443.0 || l["execution_id"] != "exec-3" || l["session_id"] != "s3" || l["protocol"] != "socks5-tcp" {
+		t.Errorf("connection_closed line = %v", l)
 	}
 }
 
