@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-
 )
 
 // benchPolicy compiles n exact and n "*." patterns in each list (4n in all)

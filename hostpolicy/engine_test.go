@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
 )
 
 func staticResolver(hosts map[string][]string) Resolver {

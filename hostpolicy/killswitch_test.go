@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"testing"
-
 )
 
 // countingResolver fails every lookup and counts them: a disabled proxy

@@ -115,4 +115,3 @@ func (r *staticThenSystem) LookupNetIP(ctx context.Context, host string) ([]neti
 	}
 	return out, nil
 }
-
