@@ -128,6 +128,8 @@ func parseEntry(pattern, decision string) (parsedEntry, error) {
 // parseCIDR parses an address-prefix entry ("10.0.0.0/8", "fd00::/8").
 func parseCIDR(s string) (netip.Prefix, error) {
 	switch {
+	case strings.HasPrefix(s, "["):
+		return netip.Prefix{}, fmt.Errorf("%q: write an IPv6 prefix without brackets, e.g. fd00::/8", s)
 	case strings.ContainsAny(s, "*?[]{}\\"):
 		return netip.Prefix{}, fmt.Errorf("%q: a CIDR prefix cannot hold a wildcard; write a prefix such as 10.0.0.0/8", s)
 	case strings.HasPrefix(s, "*.") || strings.HasPrefix(s, "**."):
