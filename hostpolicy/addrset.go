@@ -1,88 +1,121 @@
 package hostpolicy
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"slices"
 )
 
 // addrSet holds the address entries of one list (SPEC §3.2): IP literals
-// and CIDR prefixes. A lookup never scans the entries: there is one hash
-// table per prefix length in use, probed from the longest length down, so
-// its cost is bounded by the number of distinct lengths (at most 33 for
-// IPv4, 129 for IPv6) whatever the number of entries — 10 000 prefixes
-// cost about what 10 cost. It is immutable once built.
+// and CIDR prefixes. A lookup never scans the entries: the prefixes of each
+// family are sorted ranges and a lookup is one binary search plus a walk up
+// the enclosing prefixes (CIDR prefixes nest or are disjoint), so 10 000
+// prefixes cost a few more comparisons than 10. It is immutable once built.
 type addrSet struct {
-	v4 []v4Level // longest prefix first
-	v6 []v6Level
-	n  int
+	v4, v6 []span
+	n      int
 }
 
-type v4Level struct {
-	bits int
-	m    map[uint32]string // masked address → entry text
+// u128 is an address as a 128-bit number (big-endian halves).
+type u128 struct{ hi, lo uint64 }
+
+func (a u128) cmp(b u128) int {
+	switch {
+	case a.hi < b.hi:
+		return -1
+	case a.hi > b.hi:
+		return 1
+	case a.lo < b.lo:
+		return -1
+	case a.lo > b.lo:
+		return 1
+	}
+	return 0
 }
 
-type v6Level struct {
-	bits int
-	m    map[[16]byte]string
+// span is one prefix as the range [start, end].
+type span struct {
+	start, end u128
+	bits       int   // prefix length in the 128-bit space
+	parent     int32 // index of the nearest enclosing span, -1 for none
+	text       string
 }
 
 // addrSetBuilder collects prefixes; build freezes them.
 type addrSetBuilder struct {
-	v4 map[int]map[uint32]string
-	v6 map[int]map[[16]byte]string
-	n  int
+	seen map[netip.Prefix]string
 }
 
 func newAddrSetBuilder() *addrSetBuilder {
-	return &addrSetBuilder{v4: map[int]map[uint32]string{}, v6: map[int]map[[16]byte]string{}}
+	return &addrSetBuilder{seen: map[netip.Prefix]string{}}
 }
 
-// add adds p (already masked, zone-free, IPv4-mapped prefixes unmapped);
-// text is what a match reports.
+// add adds p (masked, zone-free, IPv4-mapped prefixes already unmapped);
+// text is what a match reports. The first text of a prefix wins.
 func (b *addrSetBuilder) add(p netip.Prefix, text string) {
-	bits := p.Bits()
-	if p.Addr().Is4() {
-		m := b.v4[bits]
-		if m == nil {
-			m = map[uint32]string{}
-			b.v4[bits] = m
-		}
-		k := v4Key(p.Addr())
-		if _, dup := m[k]; !dup {
-			m[k] = text
-			b.n++
-		}
-		return
-	}
-	m := b.v6[bits]
-	if m == nil {
-		m = map[[16]byte]string{}
-		b.v6[bits] = m
-	}
-	k := p.Addr().As16()
-	if _, dup := m[k]; !dup {
-		m[k] = text
-		b.n++
+	if _, dup := b.seen[p]; !dup {
+		b.seen[p] = text
 	}
 }
 
 func (b *addrSetBuilder) build() *addrSet {
-	s := &addrSet{n: b.n}
-	for bits, m := range b.v4 {
-		s.v4 = append(s.v4, v4Level{bits, m})
+	s := &addrSet{n: len(b.seen)}
+	for p, text := range b.seen {
+		bits := p.Bits()
+		if p.Addr().Is4() {
+			// IPv4 lives in its own table, as the low bits of the IPv4-mapped form.
+			start := toU128(p.Addr())
+			s.v4 = append(s.v4, span{start: start, end: lastOf(start, bits+96), bits: bits, text: text})
+			continue
+		}
+		start := toU128(p.Addr())
+		s.v6 = append(s.v6, span{start: start, end: lastOf(start, bits), bits: bits, text: text})
 	}
-	for bits, m := range b.v6 {
-		s.v6 = append(s.v6, v6Level{bits, m})
-	}
-	slices.SortFunc(s.v4, func(a, b v4Level) int { return b.bits - a.bits })
-	slices.SortFunc(s.v6, func(a, b v6Level) int { return b.bits - a.bits })
+	nest(s.v4)
+	nest(s.v6)
+	b.seen = nil
 	return s
 }
 
-func v4Key(a netip.Addr) uint32 {
-	b := a.As4()
-	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+// nest sorts spans by start, and for one start the widest first, so that
+// the last span starting at or before an address is the most specific
+// candidate, and links each span to its nearest enclosing one.
+func nest(spans []span) {
+	slices.SortFunc(spans, func(a, b span) int {
+		if c := a.start.cmp(b.start); c != 0 {
+			return c
+		}
+		return a.bits - b.bits
+	})
+	var stack []int32
+	for i := range spans {
+		for len(stack) > 0 && spans[stack[len(stack)-1]].end.cmp(spans[i].start) < 0 {
+			stack = stack[:len(stack)-1]
+		}
+		spans[i].parent = -1
+		if len(stack) > 0 {
+			spans[i].parent = stack[len(stack)-1]
+		}
+		stack = append(stack, int32(i))
+	}
+}
+
+func toU128(a netip.Addr) u128 {
+	b := a.As16() // IPv4 as ::ffff:a.b.c.d
+	return u128{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
+}
+
+// lastOf is the last address of the prefix start/bits.
+func lastOf(start u128, bits int) u128 {
+	switch {
+	case bits <= 0:
+		return u128{^uint64(0), ^uint64(0)}
+	case bits < 64:
+		return u128{start.hi | ^uint64(0)>>bits, ^uint64(0)}
+	case bits < 128:
+		return u128{start.hi, start.lo | ^uint64(0)>>(bits-64)}
+	}
+	return start
 }
 
 // empty reports whether the set holds no entry.
@@ -97,46 +130,31 @@ func (s *addrSet) match(a netip.Addr) (string, bool) {
 	}
 	a = a.WithZone("").Unmap()
 	if a.Is4() {
-		return s.match4(a)
+		return lookup(s.v4, toU128(a))
 	}
-	if t, ok := s.match6(a); ok {
+	if t, ok := lookup(s.v6, toU128(a)); ok {
 		return t, true
 	}
 	if v4, ok := EmbeddedIPv4(a); ok {
-		return s.match4(v4)
+		return lookup(s.v4, toU128(v4))
 	}
 	return "", false
 }
 
-func (s *addrSet) match4(a netip.Addr) (string, bool) {
-	k := v4Key(a)
-	for _, l := range s.v4 {
-		var mask uint32
-		if l.bits > 0 {
-			mask = ^uint32(0) << (32 - l.bits)
-		}
-		if t, ok := l.m[k&mask]; ok {
-			return t, true
+func lookup(spans []span, x u128) (string, bool) {
+	// The last span starting at or before x.
+	lo, hi := 0, len(spans)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if spans[m].start.cmp(x) <= 0 {
+			lo = m + 1
+		} else {
+			hi = m
 		}
 	}
-	return "", false
-}
-
-func (s *addrSet) match6(a netip.Addr) (string, bool) {
-	full := a.As16()
-	for _, l := range s.v6 {
-		k := full
-		for i := range k {
-			switch rem := l.bits - 8*i; {
-			case rem >= 8:
-			case rem <= 0:
-				k[i] = 0
-			default:
-				k[i] &= byte(0xff << (8 - rem))
-			}
-		}
-		if t, ok := l.m[k]; ok {
-			return t, true
+	for i := int32(lo - 1); i >= 0; i = spans[i].parent {
+		if x.cmp(spans[i].end) <= 0 {
+			return spans[i].text, true
 		}
 	}
 	return "", false
