@@ -21,10 +21,11 @@ func TestAddressEntries(t *testing.T) {
 		"mixed.test":    {netip.MustParseAddr("8.8.8.8"), netip.MustParseAddr("100.64.1.1")},
 		"ula.test":      {netip.MustParseAddr("fd12::1")},
 		"pub.test":      {netip.MustParseAddr("8.8.8.8")},
+		"loop.test":     {netip.MustParseAddr("127.0.0.1")},
 	}}
 	domains := map[string]string{
 		"*": "allow", "169.254.169.254": "deny", "100.64.0.0/10": "deny", "fd00::/8": "allow",
-		"10.20.0.0/16": "allow", "10.20.9.0/24": "deny",
+		"10.20.0.0/16": "allow", "10.20.9.0/24": "deny", "127.0.0.1": "allow",
 	}
 	e := newTestEngine(mustCompile(t, domains, false), res, ModeFull, nil)
 	for _, c := range []struct {
@@ -50,6 +51,10 @@ func TestAddressEntries(t *testing.T) {
 		{"fd00::5", ReasonNone, "fd00::/8"},
 		{"ula.test", ReasonNone, "*"},
 		{"pub.test", ReasonNone, "*"},
+		// An exact literal entry allows the literal, never a name answered
+		// there: only a CIDR prefix is the exemption for names.
+		{"127.0.0.1", ReasonNone, "127.0.0.1"},
+		{"loop.test", ReasonNotAllowedLocal, ""},
 	} {
 		d := e.Evaluate(context.Background(), Request{Host: c.host, Port: 443, Protocol: ProtoHTTP, Method: "GET"})
 		if d.Reason != c.want || (c.pat != "" && d.Pattern != c.pat) {

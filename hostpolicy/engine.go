@@ -142,7 +142,7 @@ func (s *Snapshot) CheckDialAddr(a netip.Addr) (Reason, bool) {
 		return ReasonDenied, false
 	}
 	if !s.allowLocalBinding && IsNonPublic(a) {
-		if _, ok := s.allowAddrs.match(a); !ok {
+		if _, ok := s.allowPrefixes.match(a); !ok {
 			return ReasonNotAllowedLocal, false
 		}
 	}
@@ -304,7 +304,7 @@ func (e *Engine) Recheck(host string, port int, addrs []netip.Addr) Decision {
 			if !IsNonPublic(a) {
 				continue
 			}
-			if _, ok := s.allowAddrs.match(a); ok {
+			if _, ok := s.allowPrefixes.match(a); ok {
 				continue
 			}
 			d.Verdict, d.Reason, d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
@@ -509,13 +509,13 @@ func (s *Snapshot) chain(req Request) (d Decision, t target, final bool) {
 }
 
 // firstLocal returns the first non-public address outside every allow-list
-// prefix.
+// CIDR prefix.
 func (s *Snapshot) firstLocal(addrs []netip.Addr) (netip.Addr, bool) {
 	for _, a := range addrs {
 		if !IsNonPublic(a) {
 			continue
 		}
-		if _, ok := s.allowAddrs.match(a); ok {
+		if _, ok := s.allowPrefixes.match(a); ok {
 			continue
 		}
 		return a, true

@@ -234,6 +234,7 @@ func Build(opts Options) (*Snapshot, error) {
 		deny:              b.deny.build(),
 		allowAddrs:        b.allowAddrs.build(),
 		denyAddrs:         b.denyAddrs.build(),
+		allowPrefixes:     b.allowPrefixes.build(),
 		allowLocalBinding: opts.AllowLocalBinding,
 		mode:              opts.Mode,
 		enabled:           opts.Enabled,

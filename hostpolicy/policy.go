@@ -20,8 +20,12 @@ import (
 type Snapshot struct {
 	allow, deny           *matcher
 	allowAddrs, denyAddrs *addrSet
-	allowLocalBinding     bool
-	mode                  string
+	// allowPrefixes are the allow list's CIDR entries only: the explicit
+	// exemption for the answers of a name (an exact literal entry allows
+	// that literal as a target, never a name resolving to it).
+	allowPrefixes     *addrSet
+	allowLocalBinding bool
+	mode              string
 	// enabled is network.enabled, the operator's kill switch. The zero
 	// value is off: a Snapshot not built by Build blocks everything.
 	enabled bool
@@ -57,13 +61,13 @@ func (p *Snapshot) MITM() bool { return p.mitm }
 func (p *Snapshot) ListenAddrs() []string { return append([]string(nil), p.listen...) }
 
 type builder struct {
-	allow, deny           *matcherBuilder
-	allowAddrs, denyAddrs *addrSetBuilder
+	allow, deny                          *matcherBuilder
+	allowAddrs, denyAddrs, allowPrefixes *addrSetBuilder
 }
 
 func newBuilder() *builder {
 	return &builder{allow: newMatcherBuilder(), deny: newMatcherBuilder(),
-		allowAddrs: newAddrSetBuilder(), denyAddrs: newAddrSetBuilder()}
+		allowAddrs: newAddrSetBuilder(), denyAddrs: newAddrSetBuilder(), allowPrefixes: newAddrSetBuilder()}
 }
 
 // add adds one entry; its error names the entry's origin.
@@ -98,6 +102,9 @@ func (b *builder) addPattern(pattern, decision string) error {
 			text = pe.pattern.Text
 		}
 		addrs.add(pe.prefix, text)
+		if pe.pattern == nil && decision == EntryAllow {
+			b.allowPrefixes.add(pe.prefix, text)
+		}
 	}
 	return nil
 }

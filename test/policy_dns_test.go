@@ -126,14 +126,14 @@ func (s *countingDNS) Total() int {
 }
 
 // dnsPolicyConfig pins the resolver to srv and allow-lists allowed.test
-// (answered 127.0.0.1, reachable through the 127.0.0.1 allow-list address
-// entry), meta.test (answered 169.254.169.254, a deny-list prefix) and
+// (answered 127.0.0.1, reachable through the 127.0.0.1/32 allow-list prefix
+// ), meta.test (answered 169.254.169.254, a deny-list prefix) and
 // slow.test (never answered).
 func dnsPolicyConfig(srv *countingDNS, approvals bool) ProxyConfig {
 	return ProxyConfig{
 		Domains: [][2]string{
 			{"allowed.test", "allow"}, {"meta.test", "allow"}, {"slow.test", "allow"}, {"private.test", "allow"},
-			{"127.0.0.1", "allow"},
+			{"127.0.0.1/32", "allow"},
 			{"169.254.0.0/16", "deny"}, {"denied.test", "deny"},
 		},
 		Approvals: approvals,
