@@ -324,3 +324,34 @@ func policyWaitPending(t *testing.T, p *Proxy, host string) string {
 	t.Fatalf("no pending approval for %s", host)
 	return ""
 }
+
+// TestDenyDuringReviewWins is SPEC 3.9's last sentence end to end: a
+// request waits for a reviewer; meanwhile a reload denies its host; the
+// reviewer's allow_once that follows must not let it through.
+func TestDenyDuringReviewWins(t *testing.T) {
+	up := StartUpstream(t, false)
+	p := StartProxy(t, ProxyConfig{
+		AllowLocal: true, Approvals: true,
+		Domains:    [][2]string{{"ok.test", "allow"}},
+		Hosts:      map[string][]string{"late.test": {"127.0.0.1"}, "ok.test": {"127.0.0.1"}},
+	})
+	done := make(chan CurlResult, 1)
+	go func() { done <- Curl(t, "-x", "http://"+p.HTTP, up.URL("late.test", "/hello")) }()
+	id := policyWaitPending(t, p, "late.test")
+
+	raw, err := os.ReadFile(p.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(p.ConfigPath, []byte(strings.Replace(string(raw), "\"ok.test\" = \"allow\"\n", "\"ok.test\" = \"allow\"\n\"late.test\" = \"deny\"\n", 1)), 0o644)
+	if code, body := policyAdmin(t, p, "POST", "/api/reload", ""); code != 200 {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	if code, body := policyAdmin(t, p, "POST", "/api/approvals/"+id+"/decision", `{"decision":"allow_once"}`); code != 200 {
+		t.Fatalf("decide: %d %s", code, body)
+	}
+	r := <-done
+	if !strings.Contains(r.Stdout, `"reason":"denied"`) || up.Hits() != 0 {
+		t.Fatalf("a deny added during the review must win: %q %s (upstream hits %d)", r.Stdout, r.Stderr, up.Hits())
+	}
+}
