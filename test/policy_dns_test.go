@@ -332,8 +332,8 @@ func TestDenyDuringReviewWins(t *testing.T) {
 	up := StartUpstream(t, false)
 	p := StartProxy(t, ProxyConfig{
 		AllowLocal: true, Approvals: true,
-		Domains:    [][2]string{{"ok.test", "allow"}},
-		Hosts:      map[string][]string{"late.test": {"127.0.0.1"}, "ok.test": {"127.0.0.1"}},
+		Domains: [][2]string{{"ok.test", "allow"}},
+		Hosts:   map[string][]string{"late.test": {"127.0.0.1"}, "ok.test": {"127.0.0.1"}},
 	})
 	done := make(chan CurlResult, 1)
 	go func() { done <- Curl(t, "-x", "http://"+p.HTTP, up.URL("late.test", "/hello")) }()
