@@ -83,7 +83,9 @@ func TestAddressEntryErrors(t *testing.T) {
 		{"[fd00::]/8", "deny", "brackets"},
 		{"0.0.0.0/0", "deny", "/0"},
 		{"fe80::/10%eth0", "deny", "not a valid CIDR"},
-		{"example.com/8", "deny", "not a valid CIDR"},
+		{"fe80::%eth0/10", "deny", "zone"},
+		{"example.com/8", "deny", "only a CIDR prefix"},
+		{"example.com/path", "allow", "only a CIDR prefix"},
 	} {
 		err := CheckEntry(c.entry, c.decision)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -139,6 +139,9 @@ func parseCIDR(s string) (netip.Prefix, error) {
 	if strings.ContainsAny(bits, ":/") || strings.Contains(addr, "[") {
 		return netip.Prefix{}, fmt.Errorf("%q: a CIDR prefix cannot carry a port or brackets; write e.g. 10.0.0.0/8 or fd00::/8 (address entries apply to every port)", s)
 	}
+	if _, err := netip.ParseAddr(addr); err != nil && !strings.Contains(addr, "%") {
+		return netip.Prefix{}, fmt.Errorf("%q: only a CIDR prefix such as 10.0.0.0/8 or fd00::/8 may contain '/'; a host pattern is a name or an IP address", s)
+	}
 	if strings.Contains(addr, "%") {
 		return netip.Prefix{}, fmt.Errorf("%q: a CIDR prefix cannot carry an IPv6 zone", s)
 	}
