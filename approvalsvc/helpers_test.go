@@ -60,11 +60,7 @@ func newRig(t testing.TB, opts ...rigOpt) *rig {
 	t.Cleanup(svc.Close)
 	r.svc = svc
 	r.cfg = testPolicyConfig(map[string]string{"denied.test": "deny", "allowed.test": "allow"})
-	pol, err := hostpolicy.Compile(r.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine = hostpolicy.NewEngine(pol, testResolver(), "full", svc)
+	engine = hostpolicy.NewEngine(testSnapshot(t, r.cfg), svc)
 	r.engine = engine
 	return r
 }
@@ -77,13 +73,26 @@ func testPolicyConfig(domains map[string]string) *config.Config {
 	return c
 }
 
-func testResolver() hostpolicy.Resolver {
-	pub := []netip.Addr{netip.MustParseAddr("8.8.8.8")}
-	static := map[string][]netip.Addr{"local.test": {netip.MustParseAddr("127.0.0.1")}}
-	for _, h := range []string{"alpha.test", "bravo.test", "charlie.test", "denied.test", "allowed.test", "evil.test", "ok.good.test"} {
-		static[h] = pub
+// testSnapshot builds cfg's policy (as serve does, without rules) with
+// the test names answered statically: no test sends a query to real DNS.
+func testSnapshot(t testing.TB, cfg *config.Config) *hostpolicy.Snapshot {
+	t.Helper()
+	o, err := config.PolicyOptions(cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return hostpolicy.NewResolver(static, time.Second)
+	pub := []netip.Addr{netip.MustParseAddr("8.8.8.8")}
+	o.DNS.Hosts = map[string][]netip.Addr{"local.test": {netip.MustParseAddr("127.0.0.1")}}
+	for _, h := range []string{"alpha.test", "bravo.test", "charlie.test", "denied.test", "allowed.test", "evil.test", "ok.good.test"} {
+		o.DNS.Hosts[h] = pub
+	}
+	o.DNS.Timeout = time.Second
+	o.Resolver = hostpolicy.NewResolver(nil, time.Second)
+	pol, err := hostpolicy.Build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pol
 }
 
 func (r *rig) eval(ctx context.Context, req hostpolicy.Request) hostpolicy.Decision {

@@ -56,11 +56,7 @@ func TestHardDenialsAreNeverOverridden(t *testing.T) {
 		t.Fatalf("cached: %+v", d)
 	}
 	// ... is beaten by a deny added by reload.
-	pol, err := hostpolicy.Compile(testPolicyConfig(map[string]string{"alpha.test": "deny"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r2.engine.Swap(pol, "full")
+	r2.engine.Swap(testSnapshot(t, testPolicyConfig(map[string]string{"alpha.test": "deny"})))
 	d := r2.eval(ctx, hostpolicy.Request{Host: "alpha.test"})
 	if d.Allowed() || d.Reason != hostpolicy.ReasonDenied || d.Source != hostpolicy.SourceBaseline {
 		t.Fatalf("after reload deny: %+v", d)

@@ -9,25 +9,32 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/netproxy/netproxy/internal/config"
 )
 
-// benchPolicy compiles n exact and n "*." patterns in each list (4n in all).
-func benchPolicy(tb testing.TB, n int) *Policy {
+// benchPolicy compiles n exact and n "*." patterns in each list (4n in all)
+// plus cidrs CIDR prefixes of mixed lengths (/8 to /32, IPv4 and IPv6) in the
+// deny list.
+func benchPolicy(tb testing.TB, n, cidrs int) *Snapshot {
 	tb.Helper()
 	var allow, deny strings.Builder
 	for i := 0; i < n; i++ {
 		fmt.Fprintf(&allow, "allow%d.example.com\n*.allowzone%d.test\n", i, i)
 		fmt.Fprintf(&deny, "deny%d.example.net\n*.denyzone%d.test\n", i, i)
 	}
+	for i := 0; i < cidrs; i++ {
+		bits := 8 + i%25
+		if i%4 == 3 {
+			fmt.Fprintf(&deny, "%s\n", netip.PrefixFrom(netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb9, byte(i >> 8), byte(i)}), 32+i%97).Masked())
+			continue
+		}
+		a := netip.AddrFrom4([4]byte{byte(11 + i%100), byte(i >> 8), byte(i), 0})
+		fmt.Fprintf(&deny, "%s\n", netip.PrefixFrom(a, bits).Masked())
+	}
 	dir := tb.TempDir()
 	os.WriteFile(filepath.Join(dir, "allow.txt"), []byte(allow.String()), 0o644)
 	os.WriteFile(filepath.Join(dir, "deny.txt"), []byte(deny.String()), 0o644)
-	cfg := config.Default()
-	cfg.Path = filepath.Join(dir, "netproxy.toml")
-	cfg.Network.DomainFiles = []config.DomainFile{{Path: "allow.txt", Decision: "allow"}, {Path: "deny.txt", Decision: "deny"}}
-	p, err := Compile(cfg)
+	p, err := Build(Options{Enabled: true, Mode: ModeFull, DomainFiles: []DomainFile{
+		{Path: filepath.Join(dir, "allow.txt"), Decision: "allow"}, {Path: filepath.Join(dir, "deny.txt"), Decision: "deny"}}})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -48,8 +55,8 @@ func benchResolver(n int) Resolver {
 
 func BenchmarkHostBlocked(b *testing.B) {
 	for _, n := range []int{10, 1000, 100000} {
-		p := benchPolicy(b, n)
-		e := NewEngine(p, benchResolver(n), ModeFull, nil)
+		p := benchPolicy(b, n, 0)
+		e := newTestEngine(p, benchResolver(n), ModeFull, nil)
 		cases := []struct {
 			name, host string
 			want       Reason
@@ -86,13 +93,11 @@ func BenchmarkCompile100k(b *testing.B) {
 	}
 	dir := b.TempDir()
 	os.WriteFile(filepath.Join(dir, "deny.txt"), []byte(list.String()), 0o644)
-	cfg := config.Default()
-	cfg.Path = filepath.Join(dir, "netproxy.toml")
-	cfg.Network.DomainFiles = []config.DomainFile{{Path: "deny.txt", Decision: "deny"}}
+	opts := Options{Enabled: true, Mode: ModeFull, DomainFiles: []DomainFile{{Path: filepath.Join(dir, "deny.txt"), Decision: "deny"}}}
 	b.ReportAllocs()
-	var keep *Policy
+	var keep *Snapshot
 	for b.Loop() {
-		p, err := Compile(cfg)
+		p, err := Build(opts)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -103,7 +108,7 @@ func BenchmarkCompile100k(b *testing.B) {
 	keep = nil
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	keep, _ = Compile(cfg)
+	keep, _ = Build(opts)
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	if _, d := keep.PatternCounts(); d != 100000 {
@@ -111,4 +116,38 @@ func BenchmarkCompile100k(b *testing.B) {
 	}
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "retained-MB")
 	runtime.KeepAlive(keep)
+}
+
+// BenchmarkAddressEntries is the 100 000-pattern policy with 10 and with
+// 10 000 CIDR prefixes in the deny list: a miss, an allowed name whose
+// answer is checked against every prefix, and an IP literal inside a
+// prefix. The prefix lookup is per prefix length, never a scan.
+func BenchmarkAddressEntries(b *testing.B) {
+	const n = 25000 // 4n = 100 000 patterns
+	for _, cidrs := range []int{10, 10000} {
+		p := benchPolicy(b, n, cidrs)
+		e := newTestEngine(p, benchResolver(n), ModeFull, nil)
+		cases := []struct {
+			name, host string
+			want       Reason
+		}{
+			{"miss", "miss.unlisted.org", ReasonNotAllowed},
+			{"miss-ip", "93.184.216.34", ReasonNotAllowed},
+			{"hit-allow-exact-answer-checked", fmt.Sprintf("allow%d.example.com", n/2), ReasonNone},
+			{"hit-deny-cidr-literal", "11.0.0.1", ReasonDenied},
+		}
+		for _, c := range cases {
+			req := Request{Host: c.host, Port: 443, Protocol: ProtoHTTPS, Method: "CONNECT"}
+			if d := e.Evaluate(context.Background(), req); d.Reason != c.want {
+				b.Fatalf("%s: reason %q, want %q (%+v)", c.host, d.Reason, c.want, d.Steps)
+			}
+			b.Run(fmt.Sprintf("patterns=%d/cidrs=%d/%s", 4*n, cidrs, c.name), func(b *testing.B) {
+				ctx := context.Background()
+				b.ReportAllocs()
+				for b.Loop() {
+					e.Evaluate(ctx, req)
+				}
+			})
+		}
+	}
 }

@@ -71,11 +71,32 @@ type Request struct {
 	EnvironmentID string
 }
 
+// StepName names a stage of the chain as `netproxy check` reports it
+// (SPEC §7.1). The chain is declared once, in this order.
+type StepName string
+
+const (
+	StepDeny       StepName = "deny"
+	StepLocalGuard StepName = "local_guard"
+	StepAllow      StepName = "allow"
+	StepMode       StepName = "mode"
+)
+
+// StepResult is what one stage concluded.
+type StepResult string
+
+const (
+	ResultHit   StepResult = "hit"
+	ResultMiss  StepResult = "miss"
+	ResultPass  StepResult = "pass"
+	ResultBlock StepResult = "block"
+)
+
 // Step is one stage of the chain as reported by `netproxy check`.
 type Step struct {
-	Step   string `json:"step"`   // "deny" | "local_guard" | "allow" | "mode"
-	Result string `json:"result"` // "hit" | "miss" | "pass" | "block"
-	Detail string `json:"detail,omitempty"`
+	Step   StepName   `json:"step"`
+	Result StepResult `json:"result"`
+	Detail string     `json:"detail,omitempty"`
 }
 
 // Decision is the NetworkDecision of SPEC §3.6 plus what the dialer needs.
@@ -93,8 +114,12 @@ type Decision struct {
 	// (allow_local_binding) — the dialer then resolves through the same resolver.
 	Addrs []netip.Addr
 	// LocalLiteral is true when the target is a local literal allowed by an
-	// exact allow-list entry: the dialer may then connect to it.
+	// exact allow-list entry or an allow-list prefix: the dialer may then
+	// connect to it.
 	LocalLiteral bool
+	// Intercept is set on an allowed limited-mode CONNECT admitted to MITM
+	// interception (Options.MITM): every inner request must be re-checked.
+	Intercept bool
 
 	Steps []Step
 

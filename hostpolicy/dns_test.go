@@ -146,7 +146,7 @@ func TestEngineDNSThroughRealServer(t *testing.T) {
 		"v6ula.test": {"fd00::1"}, "mapped.test": {"::ffff:169.254.169.254"}, "nat64.test": {"64:ff9b::a9fe:a9fe"},
 	}, "slow.test")
 	p := mustCompile(t, map[string]string{"*": "allow"}, false)
-	e := NewEngine(p, srv.resolver(nil, 200*time.Millisecond), ModeFull, nil)
+	e := newTestEngine(p, srv.resolver(nil, 200*time.Millisecond), ModeFull, nil)
 	for host, want := range map[string]Reason{
 		"pub.test": ReasonNone, "rebind.test": ReasonNotAllowedLocal, "mixed.test": ReasonNotAllowedLocal,
 		"v6ula.test": ReasonNotAllowedLocal, "mapped.test": ReasonNotAllowedLocal, "nat64.test": ReasonNotAllowedLocal,

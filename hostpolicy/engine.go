@@ -21,73 +21,137 @@ const (
 	ModeLimited = "limited"
 )
 
-// Engine runs the decision chain of SPEC §3.4–3.8 over a swappable Policy.
-// It is safe for concurrent use.
+// Engine runs the decision chain of SPEC §3.4–3.8 over an atomically
+// swapped Snapshot. It is safe for concurrent use. It never dials, and it
+// never resolves a name before the allow list or the decider allowed it.
 type Engine struct {
-	state    atomic.Pointer[engineState]
-	resolver Resolver
-	decider  Decider
+	// mu serialises the writers (Swap, Amend) so that no amendment is lost
+	// between a load and a store; readers only Load.
+	mu      sync.Mutex
+	state   atomic.Pointer[Snapshot]
+	decider Decider
 
-	// Live amendments (allow_always / deny_always) survive Swap: they are
-	// the reviewer's word and are also persisted as rules by the caller.
-	// Copy-on-write: Evaluate reads them without a lock; Amend is rare.
-	amendMu sync.Mutex
-	amends  atomic.Pointer[amendments]
-	subs    subscribers // Subscribe's callbacks (recheck.go)
+	subsMu sync.Mutex
+	subs   []func()
 }
 
+// amendments are the live allow_always / deny_always hosts. They survive
+// Swap: they are the reviewer's word and are also persisted as rules.
 type amendments struct{ allow, deny map[string]struct{} }
 
-type engineState struct {
-	policy *Policy
-	mode   string
-}
+var noAmendments = &amendments{allow: map[string]struct{}{}, deny: map[string]struct{}{}}
 
-// NewEngine returns an Engine over p. mode is "full" or "limited" (anything
-// else is treated as limited: fail closed). d may be nil: not_allowed is then
+// NewEngine returns an Engine over s. d may be nil: not_allowed is then
 // final with source baseline_policy.
-func NewEngine(p *Policy, r Resolver, mode string, d Decider) *Engine {
-	if r == nil {
-		r = NewResolver(nil, DefaultDNSTimeout)
-	}
-	e := &Engine{resolver: r, decider: d}
-	e.amends.Store(&amendments{allow: map[string]struct{}{}, deny: map[string]struct{}{}})
-	e.state.Store(&engineState{policy: orEmpty(p), mode: mode})
+func NewEngine(s *Snapshot, d Decider) *Engine {
+	e := &Engine{decider: d}
+	e.state.Store(orEmpty(s))
 	return e
 }
 
-func orEmpty(p *Policy) *Policy {
-	if p == nil {
+func orEmpty(s *Snapshot) *Snapshot {
+	if s == nil {
 		// Empty lists already block everything; enabled so that the empty
 		// policy reports the list reasons, not proxy_disabled.
-		return &Policy{allow: newMatcherBuilder().build(), deny: newMatcherBuilder().build(), enabled: true}
+		s, _ = Build(Options{Enabled: true, Mode: ModeFull})
+		return s
 	}
-	return p
+	if s.amends == nil {
+		c := *s
+		c.amends = noAmendments
+		return &c
+	}
+	return s
 }
 
-// Swap atomically replaces the policy and mode (reload). Requests already in
-// Evaluate finish on the policy they started with.
-func (e *Engine) Swap(p *Policy, mode string) {
-	e.state.Store(&engineState{policy: orEmpty(p), mode: mode})
+// Swap atomically replaces the whole snapshot (reload): lists, address
+// entries, static answers, resolver, mode, kill switch and MITM admission
+// change in one store. The live amendments carry over. Requests already in
+// Evaluate finish on the snapshot they started with; a decider's allow is
+// re-checked against the new one. Subscribers are told afterwards.
+func (e *Engine) Swap(s *Snapshot) {
+	e.mu.Lock()
+	next := *orEmpty(s)
+	next.amends = e.state.Load().amends
+	e.state.Store(&next)
+	e.mu.Unlock()
 	e.notify()
 }
 
-// Policy returns the current compiled policy.
-func (e *Engine) Policy() *Policy { return e.state.Load().policy }
+// Subscribe registers fn to be called after every change of the current
+// snapshot (Swap, Amend — the kill switch is a Swap). fn runs on the
+// changing goroutine and must not block; it should re-check open
+// connections with Recheck.
+func (e *Engine) Subscribe(fn func()) {
+	if fn == nil {
+		return
+	}
+	e.subsMu.Lock()
+	e.subs = append(e.subs, fn)
+	e.subsMu.Unlock()
+}
+
+func (e *Engine) notify() {
+	e.subsMu.Lock()
+	subs := append([]func(){}, e.subs...)
+	e.subsMu.Unlock()
+	for _, fn := range subs {
+		fn()
+	}
+}
+
+// Snapshot returns the current snapshot.
+func (e *Engine) Snapshot() *Snapshot { return e.state.Load() }
 
 // Mode returns the current mode.
 func (e *Engine) Mode() string { return e.state.Load().mode }
 
-// Resolver returns the resolver the local guard uses; the dialer resolves
-// through the same one when the guard was skipped.
-func (e *Engine) Resolver() Resolver { return e.resolver }
+// Enabled reports the current network.enabled.
+func (e *Engine) Enabled() bool { return e.state.Load().enabled }
 
 // AllowLocalBinding reports the current network.allow_local_binding.
-func (e *Engine) AllowLocalBinding() bool { return e.state.Load().policy.allowLocalBinding }
+func (e *Engine) AllowLocalBinding() bool { return e.state.Load().allowLocalBinding }
+
+// Resolver answers through the current snapshot: static answers first,
+// then its DNS servers. The dialer uses it only when the chain pinned no
+// address (allow_local_binding).
+func (e *Engine) Resolver() Resolver { return engineResolver{e} }
+
+type engineResolver struct{ e *Engine }
+
+func (r engineResolver) LookupNetIP(ctx context.Context, host string) ([]netip.Addr, error) {
+	return r.e.state.Load().lookup(ctx, host)
+}
+
+// CheckDialAddr is the dial-time re-check of one address against the
+// current snapshot (SPEC §3.2, 3.5): a deny-list address entry → denied; a
+// non-public address outside every allow-list prefix (unless
+// allow_local_binding) → not_allowed_local; the kill switch →
+// proxy_disabled. A target that is an exactly allow-listed local literal
+// may ignore not_allowed_local, never denied.
+func (e *Engine) CheckDialAddr(a netip.Addr) (Reason, bool) {
+	return e.state.Load().CheckDialAddr(a)
+}
+
+// CheckDialAddr: see Engine.CheckDialAddr.
+func (s *Snapshot) CheckDialAddr(a netip.Addr) (Reason, bool) {
+	if !s.enabled {
+		return ReasonProxyDisabled, false
+	}
+	if _, ok := s.denyAddrs.match(a); ok {
+		return ReasonDenied, false
+	}
+	if !s.allowLocalBinding && IsNonPublic(a) {
+		if _, ok := s.allowPrefixes.match(a); !ok {
+			return ReasonNotAllowedLocal, false
+		}
+	}
+	return ReasonNone, true
+}
 
 // Amend adds host to the live allow list (Allow) or deny list (Deny), removing
 // it from the other one; it applies to the host on every port and protocol.
-// A host that does not normalise is ignored.
+// A host that does not normalise is ignored. Subscribers are told.
 func (e *Engine) Amend(host string, d Verdict) {
 	h, err := Normalize(host)
 	if err != nil || h == "" {
@@ -96,18 +160,20 @@ func (e *Engine) Amend(host string, d Verdict) {
 	if d != Allow && d != Deny {
 		return
 	}
-	e.amendMu.Lock()
-	defer e.amendMu.Unlock()
-	old := e.amends.Load()
-	next := &amendments{allow: maps.Clone(old.allow), deny: maps.Clone(old.deny)}
+	e.mu.Lock()
+	cur := e.state.Load()
+	next := *cur
+	am := &amendments{allow: maps.Clone(cur.amends.allow), deny: maps.Clone(cur.amends.deny)}
 	if d == Allow {
-		next.allow[h] = struct{}{}
-		delete(next.deny, h)
+		am.allow[h] = struct{}{}
+		delete(am.deny, h)
 	} else {
-		next.deny[h] = struct{}{}
-		delete(next.allow, h)
+		am.deny[h] = struct{}{}
+		delete(am.allow, h)
 	}
-	e.amends.Store(next)
+	next.amends = am
+	e.state.Store(&next)
+	e.mu.Unlock()
 	e.notify()
 }
 
@@ -127,46 +193,138 @@ func amended(set map[string]struct{}, hosts ...string) (string, bool) {
 }
 
 // Evaluate runs the whole chain for req and returns the final decision:
-// proxy state (network.enabled) → normalise → deny list → local/private
-// guard → allow list → mode guard, and the decider only for not_allowed.
-// It never dials.
+// proxy state (network.enabled) → normalise → deny list → local guard
+// (literals and static answers only) → allow list → resolution of an
+// allowed name → mode guard, and the decider only for not_allowed. A
+// decider's allow is re-checked against the snapshot current when it
+// answers, then the name is resolved and judged like an allow-listed one.
 func (e *Engine) Evaluate(ctx context.Context, req Request) Decision {
-	st := e.state.Load()
-	if !st.policy.enabled {
+	s := e.state.Load()
+	if !s.enabled {
 		return disabledDecision(req)
 	}
-	d := e.hostDecision(ctx, st.policy, req)
+	d := s.hostDecision(ctx, req)
 	switch {
 	case d.Verdict == Allow:
-		return modeGuard(st.mode, req, d)
+		return s.modeGuard(req, d)
 	case d.Reason == ReasonNotAllowed && e.decider != nil && d.Host != "":
-		base := d
 		// The decider keys its caches on the canonical host.
 		req.Host = d.Host
-		out := e.decider.Decide(ctx, req, base)
-		if !e.state.Load().policy.enabled {
-			// The kill switch was thrown while a reviewer was thinking: no
-			// approval outlives it.
-			return disabledDecision(req)
-		}
-		return e.mergeDecider(st.mode, req, base, out)
+		out := e.decider.Decide(ctx, req, d)
+		return e.afterDecider(ctx, req, d, out)
 	}
 	return d
+}
+
+// afterDecider turns the decider's answer into the final decision. A
+// decider can only turn not_allowed into allow, deny or ask; its blocks
+// carry source decider. An allow is re-checked against the current
+// snapshot (SPEC §3.9: a deny or kill switch that arrived while a reviewer
+// was deciding wins) and the name is then resolved and judged (SPEC §3.4).
+func (e *Engine) afterDecider(ctx context.Context, req Request, base, out Decision) Decision {
+	cur := e.state.Load()
+	if !cur.enabled {
+		// No approval outlives the kill switch.
+		return disabledDecision(req)
+	}
+	if out.Verdict != Allow {
+		d := base
+		d.ApprovalID, d.Override, d.Rationale = out.ApprovalID, out.Override, out.Rationale
+		d.Source = SourceDecider
+		d.Verdict = Deny
+		if out.Verdict == Ask {
+			d.Verdict = Ask
+		}
+		d.Reason = out.Reason
+		if d.Reason == ReasonNone {
+			d.Reason = ReasonPolicyDenied
+		}
+		return d
+	}
+	d, t, final := cur.chain(req)
+	if final {
+		// Denied or local since the review began (or now allowed as a
+		// local literal by the list itself): the current policy decides.
+		if d.Verdict == Allow {
+			return cur.modeGuard(req, d)
+		}
+		return d
+	}
+	// Allow-listed by now (allow_always) or allowed by the decider: resolve
+	// and judge exactly as step 5.
+	d.Verdict, d.Reason = Allow, ReasonNone
+	d = cur.resolveAllowed(ctx, d, t)
+	if !d.Allowed() {
+		return d
+	}
+	d.Source = SourceDecider
+	d.ApprovalID, d.Override, d.Rationale = out.ApprovalID, out.Override, out.Rationale
+	if out.Pattern != "" {
+		d.Pattern = out.Pattern
+	}
+	// A reviewer approves a host, never a method: limited mode still applies.
+	return cur.modeGuard(req, d)
 }
 
 // EvaluateHost runs only the host chain of SPEC §3.4 (no mode guard, no
 // decider) — for re-checks such as MITM inner requests. The kill switch
 // applies here too.
 func (e *Engine) EvaluateHost(ctx context.Context, req Request) Decision {
-	p := e.state.Load().policy
-	if !p.enabled {
+	s := e.state.Load()
+	if !s.enabled {
 		return disabledDecision(req)
 	}
-	return e.hostDecision(ctx, p, req)
+	return s.hostDecision(ctx, req)
 }
 
-// Enabled reports the current network.enabled.
-func (e *Engine) Enabled() bool { return e.state.Load().policy.enabled }
+// Recheck re-judges an open connection to host:port whose pinned
+// addresses are addrs against the current snapshot, without any DNS query:
+// the kill switch, the deny list (names, amendments, and address entries
+// against addrs), the local guard against addrs, and the allow list. The
+// caller closes the connection when the result is Deny with reason
+// denied, not_allowed_local or proxy_disabled; not_allowed does not close
+// a connection a decider had allowed.
+func (e *Engine) Recheck(host string, port int, addrs []netip.Addr) Decision {
+	s := e.state.Load()
+	req := Request{Host: host, Port: uint16(port)}
+	if !s.enabled {
+		return disabledDecision(req)
+	}
+	d, _, final := s.chain(req)
+	if final && !d.Allowed() {
+		return d
+	}
+	if a, entry, ok := s.denyAddrs.matchAny(addrs); ok {
+		d.Verdict, d.Reason, d.Source, d.Pattern = Deny, ReasonDenied, SourceBaseline, entry
+		d.Steps = append(d.Steps, Step{Step: StepDeny, Result: ResultHit, Detail: "pinned address " + a.String() + " in " + entry})
+		return d
+	}
+	if !s.allowLocalBinding && !d.LocalLiteral {
+		if len(addrs) == 0 && d.Host != "" {
+			if _, isIP := parseLiteral(d.Host); !isIP {
+				// Nothing proves where a name's connection went: fail closed.
+				d.Verdict, d.Reason, d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
+				d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "no pinned address"})
+				return d
+			}
+		}
+		for _, a := range addrs {
+			if !IsNonPublic(a) {
+				continue
+			}
+			if _, ok := s.allowPrefixes.match(a); ok {
+				continue
+			}
+			d.Verdict, d.Reason, d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
+			d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "pinned address " + a.String() + " is non-public"})
+			return d
+		}
+	}
+	if len(addrs) > 0 {
+		d.Addrs = append([]netip.Addr(nil), addrs...)
+	}
+	return d
+}
 
 // disabledDecision is the block of a proxy whose network.enabled is false
 // (SPEC §3.6 proxy_disabled, source proxy_state). It comes before every
@@ -180,41 +338,41 @@ func disabledDecision(req Request) Decision {
 	// SPEC §7.1 has four step names; the proxy's operating state is the
 	// "mode" step (network.mode and network.enabled both say how the proxy
 	// runs, not what the host is).
-	d.Steps = []Step{{Step: "mode", Result: "block", Detail: "network.enabled = false"}}
+	d.Steps = []Step{{Step: StepMode, Result: ResultBlock, Detail: "network.enabled = false"}}
 	return d
 }
 
-// mergeDecider keeps what the chain established (host, pinned addresses,
-// steps) and takes the decider's verdict. A decider can only turn
-// not_allowed into allow, deny or ask; its blocks carry source decider.
-func (e *Engine) mergeDecider(mode string, req Request, base, out Decision) Decision {
-	d := base
-	d.ApprovalID, d.Override, d.Rationale = out.ApprovalID, out.Override, out.Rationale
-	d.Source = SourceDecider
-	switch out.Verdict {
-	case Allow:
-		d.Verdict, d.Reason = Allow, ReasonNone
-		if out.Pattern != "" {
-			d.Pattern = out.Pattern
-		}
-		// A reviewer approves a host, never a method: limited mode still applies.
-		return modeGuard(mode, req, d)
-	case Ask:
-		d.Verdict = Ask
-	default:
-		d.Verdict = Deny
-	}
-	d.Reason = out.Reason
-	if d.Reason == ReasonNone {
-		d.Reason = ReasonPolicyDenied
-	}
-	return d
+// target is a normalised request host and what the chain knows about it
+// before any DNS query.
+type target struct {
+	host      string
+	addr      netip.Addr
+	isIP      bool
+	unscoped  string // the unscoped spelling of a scoped literal
+	mapped    string // the IPv4 spelling of an IPv4-mapped literal
+	static    []netip.Addr
+	hasStatic bool
 }
 
-func (e *Engine) hostDecision(ctx context.Context, p *Policy, req Request) Decision {
-	// Room for every step (deny, local_guard, allow, mode)
-	// so the chain allocates its trace once.
-	d := Decision{Verdict: Deny, Source: SourceBaseline, Port: req.Port, Steps: make([]Step, 0, 4)}
+// hostDecision is SPEC §3.4 steps 1–6 for one request.
+func (s *Snapshot) hostDecision(ctx context.Context, req Request) Decision {
+	d, t, final := s.chain(req)
+	if final || !d.Allowed() {
+		return d
+	}
+	return s.resolveAllowed(ctx, d, t)
+}
+
+// chain runs steps 1–4 without any DNS query. final is true when the
+// decision cannot change by resolving (a block other than not_allowed, or
+// an allowed local literal); otherwise d is not_allowed or an allow that
+// still needs step 5.
+func (s *Snapshot) chain(req Request) (d Decision, t target, final bool) {
+	// Room for every step (deny, local_guard, allow, step 5, mode) so the
+	// chain allocates its trace once.
+	d = Decision{Verdict: Deny, Source: SourceBaseline, Port: req.Port, Steps: make([]Step, 0, 5)}
+
+	// 1. normalise
 	host, err := Normalize(req.Host)
 	if err != nil || host == "" {
 		d.Reason = ReasonNotAllowed
@@ -223,129 +381,231 @@ func (e *Engine) hostDecision(ctx context.Context, p *Policy, req Request) Decis
 			detail = err.Error()
 		}
 		// SPEC §7.1 knows four steps; an unusable host is an allow-list miss.
-		d.Steps = append(d.Steps, Step{Step: "allow", Result: "miss", Detail: "invalid host: " + detail})
-		return d
+		d.Steps = append(d.Steps, Step{Step: StepAllow, Result: ResultMiss, Detail: "invalid host: " + detail})
+		return d, t, true
 	}
 	d.Host = host
-
+	t.host = host
 	// The forms of the host a deny entry may name: the host itself, the
 	// unscoped address of a scoped literal, and the IPv4 address inside an
 	// IPv4-mapped IPv6 literal (the same socket address).
-	addr, isIP := parseLiteral(host)
-	unscoped := ""
-	if isIP && addr.Zone() != "" {
-		unscoped = addr.WithZone("").String()
+	t.addr, t.isIP = parseLiteral(host)
+	if t.isIP && t.addr.Zone() != "" {
+		t.unscoped = t.addr.WithZone("").String()
 	}
-	mapped := ""
-	if isIP && addr.Is4In6() {
-		mapped = addr.Unmap().String()
+	if t.isIP && t.addr.Is4In6() {
+		t.mapped = t.addr.Unmap().String()
+	}
+	if !t.isIP {
+		t.static, t.hasStatic = s.static[host]
 	}
 
-	// 2. deny list
-	for _, h := range []string{host, unscoped, mapped} {
+	// 2. deny list: patterns, amendments, address entries against a
+	// literal or the static answers (local, so readable here).
+	for _, h := range []string{host, t.unscoped, t.mapped} {
 		if h == "" {
 			continue
 		}
-		if pat, ok := p.deny.match(h); ok {
+		if pat, ok := s.deny.match(h); ok {
 			d.Reason, d.Pattern = ReasonDenied, pat
-			d.Steps = append(d.Steps, Step{Step: "deny", Result: "hit", Detail: pat})
-			return d
+			d.Steps = append(d.Steps, Step{Step: StepDeny, Result: ResultHit, Detail: pat})
+			return d, t, true
 		}
 	}
-	amends := e.amends.Load()
-	if h, ok := amended(amends.deny, host, unscoped, mapped); ok {
+	if h, ok := amended(s.amends.deny, host, t.unscoped, t.mapped); ok {
 		d.Reason, d.Pattern = ReasonDenied, h
-		d.Steps = append(d.Steps, Step{Step: "deny", Result: "hit", Detail: h + " (amended)"})
-		return d
+		d.Steps = append(d.Steps, Step{Step: StepDeny, Result: ResultHit, Detail: h + " (amended)"})
+		return d, t, true
 	}
-	d.Steps = append(d.Steps, Step{Step: "deny", Result: "miss"})
+	if t.isIP {
+		if entry, ok := s.denyAddrs.match(t.addr); ok {
+			d.Reason, d.Pattern = ReasonDenied, entry
+			d.Steps = append(d.Steps, Step{Step: StepDeny, Result: ResultHit, Detail: entry})
+			return d, t, true
+		}
+	}
+	if a, entry, ok := s.denyAddrs.matchAny(t.static); ok {
+		d.Reason, d.Pattern = ReasonDenied, entry
+		d.Steps = append(d.Steps, Step{Step: StepDeny, Result: ResultHit, Detail: "static answer " + a.String() + " in " + entry})
+		return d, t, true
+	}
+	d.Steps = append(d.Steps, Step{Step: StepDeny, Result: ResultMiss})
 
-	// 3. local/private guard
-	if !p.allowLocalBinding {
-		local := host == "localhost" || (isIP && IsNonPublic(addr))
-		if local {
-			pat, ok := p.allow.matchExact(host)
-			if !ok && unscoped != "" {
-				pat, ok = p.allow.matchExact(unscoped)
+	// 3. local/private guard: literals and static answers only; any other
+	// name is not resolved here.
+	if !s.allowLocalBinding {
+		if host == "localhost" || (t.isIP && IsNonPublic(t.addr)) {
+			pat, ok := s.allow.matchExact(host)
+			if !ok && t.unscoped != "" {
+				pat, ok = s.allow.matchExact(t.unscoped)
+			}
+			if !ok && t.isIP {
+				pat, ok = s.allowAddrs.match(t.addr)
 			}
 			if !ok {
 				d.Reason = ReasonNotAllowedLocal
-				d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "block", Detail: "local/private address not allow-listed exactly"})
-				return d
+				d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "local/private address not allow-listed exactly or by prefix"})
+				return d, t, true
 			}
 			d.LocalLiteral = true
 			d.Pattern = pat
-			if isIP {
-				d.Addrs = []netip.Addr{addr}
+			if t.isIP {
+				d.Addrs = []netip.Addr{t.addr}
 			} else {
 				// RFC 6761: localhost is loopback, never looked up.
 				d.Addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
 			}
-			d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "pass", Detail: "exact allow-list entry " + pat})
-			d.Steps = append(d.Steps, Step{Step: "allow", Result: "hit", Detail: pat})
+			d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultPass, Detail: "allow-list entry " + pat})
+			d.Steps = append(d.Steps, Step{Step: StepAllow, Result: ResultHit, Detail: pat})
 			d.Verdict, d.Reason = Allow, ReasonNone
-			return d
+			return d, t, true
 		}
-		if isIP {
-			d.Addrs = []netip.Addr{addr}
-			d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "pass", Detail: "public address"})
-		} else {
-			addrs, err := e.resolver.LookupNetIP(ctx, host)
-			if err != nil {
+		switch {
+		case t.isIP:
+			d.Addrs = []netip.Addr{t.addr}
+			d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultPass, Detail: "public address"})
+		case t.hasStatic:
+			if a, bad := s.firstLocal(t.static); bad {
 				d.Reason = ReasonNotAllowedLocal
-				d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "block", Detail: "lookup failed: " + err.Error()})
-				return d
+				d.Addrs = append([]netip.Addr(nil), t.static...)
+				d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "static answer " + a.String() + " is non-public"})
+				return d, t, true
 			}
-			d.Addrs = addrs
-			for _, a := range addrs {
-				if IsNonPublic(a) {
-					d.Reason = ReasonNotAllowedLocal
-					d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "block", Detail: "resolves to non-public address " + a.String()})
-					return d
-				}
-			}
-			// The answers themselves are in d.Addrs (check prints them as "resolved").
-			d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "pass", Detail: "every answer is public"})
+			d.Addrs = append([]netip.Addr(nil), t.static...)
+			d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultPass, Detail: "static answers checked"})
+		default:
+			d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultPass, Detail: "name not resolved before the allow list"})
 		}
 	} else {
-		d.Steps = append(d.Steps, Step{Step: "local_guard", Result: "pass", Detail: "allow_local_binding = true"})
-		if isIP {
-			d.Addrs = []netip.Addr{addr}
+		d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultPass, Detail: "allow_local_binding = true"})
+		if t.isIP {
+			d.Addrs = []netip.Addr{t.addr}
+		} else if t.hasStatic {
+			d.Addrs = append([]netip.Addr(nil), t.static...)
 		}
 	}
 
 	// 4. allow list
-	pat, ok := p.allow.match(host)
-	if !ok && unscoped != "" && !p.allowLocalBinding {
+	pat, ok := s.allow.match(host)
+	if !ok && t.unscoped != "" && !s.allowLocalBinding {
 		// An exact scoped match is required when local binding is on
 		// (reference §2.2); otherwise the unscoped entry covers all scopes.
-		pat, ok = p.allow.match(unscoped)
+		pat, ok = s.allow.match(t.unscoped)
 	}
+	if !ok && t.isIP && (t.unscoped == "" || !s.allowLocalBinding) {
+		pat, ok = s.allowAddrs.match(t.addr)
+	}
+	amendedHit := false
 	if !ok {
-		if h, found := amended(amends.allow, host); found {
-			pat, ok = h+" (amended)", true
+		if h, found := amended(s.amends.allow, host); found {
+			pat, ok, amendedHit = h, true, true
 		}
 	}
 	if !ok {
 		d.Reason = ReasonNotAllowed
-		d.Steps = append(d.Steps, Step{Step: "allow", Result: "miss"})
+		d.Steps = append(d.Steps, Step{Step: StepAllow, Result: ResultMiss})
+		return d, t, false
+	}
+	d.Pattern = pat
+	detail := pat
+	if amendedHit {
+		detail += " (amended)"
+	}
+	d.Steps = append(d.Steps, Step{Step: StepAllow, Result: ResultHit, Detail: detail})
+	d.Verdict, d.Reason = Allow, ReasonNone
+	return d, t, false
+}
+
+// firstLocal returns the first non-public address outside every allow-list
+// CIDR prefix.
+func (s *Snapshot) firstLocal(addrs []netip.Addr) (netip.Addr, bool) {
+	for _, a := range addrs {
+		if !IsNonPublic(a) {
+			continue
+		}
+		if _, ok := s.allowPrefixes.match(a); ok {
+			continue
+		}
+		return a, true
+	}
+	return netip.Addr{}, false
+}
+
+// resolveAllowed is step 5 for an allowed name: it is resolved now
+// (static answers were judged in steps 2–3), and an error, a timeout or
+// any non-public answer outside an allow-list prefix is not_allowed_local;
+// a deny-list address entry matching any answer is denied. With
+// allow_local_binding no query is made unless the deny list holds address
+// entries (the dialer resolves and re-checks instead).
+func (s *Snapshot) resolveAllowed(ctx context.Context, d Decision, t target) Decision {
+	if t.isIP || t.hasStatic {
 		return d
 	}
-	d.Pattern = strings.TrimSuffix(pat, " (amended)")
-	d.Steps = append(d.Steps, Step{Step: "allow", Result: "hit", Detail: pat})
-	d.Verdict, d.Reason = Allow, ReasonNone
+	if s.allowLocalBinding && s.denyAddrs.empty() {
+		return d
+	}
+	addrs, err := s.lookupDNS(ctx, t.host)
+	if err != nil {
+		d.Verdict, d.Reason, d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
+		d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "lookup failed: " + err.Error()})
+		return d
+	}
+	d.Addrs = addrs
+	if a, entry, ok := s.denyAddrs.matchAny(addrs); ok {
+		d.Verdict, d.Reason, d.Source, d.Pattern = Deny, ReasonDenied, SourceBaseline, entry
+		d.Steps = append(d.Steps, Step{Step: StepDeny, Result: ResultHit, Detail: "answer " + a.String() + " in " + entry})
+		return d
+	}
+	if !s.allowLocalBinding {
+		if a, bad := s.firstLocal(addrs); bad {
+			d.Verdict, d.Reason, d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
+			d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "resolves to non-public address " + a.String()})
+			return d
+		}
+	}
+	// The answers themselves are in d.Addrs (check prints them as "resolved").
+	d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultPass, Detail: "every answer checked"})
 	return d
 }
 
-// modeGuard applies limited mode (SPEC §3.8) to an allowed request.
-func modeGuard(mode string, req Request, d Decision) Decision {
-	if mode == ModeFull || mode == "" {
-		d.Steps = append(d.Steps, Step{Step: "mode", Result: "pass", Detail: "full"})
+// lookup answers host from the static answers, else DNS.
+func (s *Snapshot) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
+	if as, ok := s.static[host]; ok && len(as) > 0 {
+		return append([]netip.Addr(nil), as...), nil
+	}
+	return s.lookupDNS(ctx, host)
+}
+
+func (s *Snapshot) lookupDNS(ctx context.Context, host string) ([]netip.Addr, error) {
+	if s.dns == nil {
+		return nil, errNoResolver
+	}
+	addrs, err := s.dns.LookupNetIP(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	if len(addrs) == 0 {
+		return nil, ErrNoAddresses
+	}
+	return addrs, nil
+}
+
+// modeGuard applies limited mode (SPEC §3.8) to an allowed request. With
+// MITM admission a limited-mode CONNECT passes to interception (Intercept);
+// the decision keeps its source.
+func (s *Snapshot) modeGuard(req Request, d Decision) Decision {
+	if s.mode == ModeFull || s.mode == "" {
+		d.Steps = append(d.Steps, Step{Step: StepMode, Result: ResultPass, Detail: ModeFull})
 		return d
 	}
 	reason := ReasonNone
 	switch req.Protocol {
 	case ProtoHTTPS:
+		if s.mitm && strings.EqualFold(req.Method, methodConnect) {
+			d.Intercept = true
+			d.Steps = append(d.Steps, Step{Step: StepMode, Result: ResultPass, Detail: "limited: mitm"})
+			return d
+		}
 		reason = ReasonMITMRequired
 	case ProtoSOCKS5:
 		if req.Port == 443 {
@@ -354,20 +614,20 @@ func modeGuard(mode string, req Request, d Decision) Decision {
 			reason = ReasonMethodNotAllowed
 		}
 	default:
-		switch strings.ToUpper(req.Method) {
-		case "GET", "HEAD", "OPTIONS":
-		default:
+		if !MethodAllowed(ModeLimited, req.Method) {
 			reason = ReasonMethodNotAllowed
 		}
 	}
 	if reason == ReasonNone {
-		d.Steps = append(d.Steps, Step{Step: "mode", Result: "pass", Detail: "limited: " + strings.ToUpper(req.Method)})
+		d.Steps = append(d.Steps, Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
 		return d
 	}
 	d.Verdict, d.Reason, d.Source = Deny, reason, SourceModeGuard
-	d.Steps = append(d.Steps, Step{Step: "mode", Result: "block", Detail: "limited: " + string(reason)})
+	d.Steps = append(d.Steps, Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(reason)})
 	return d
 }
+
+const methodConnect = "CONNECT"
 
 // MethodAllowed reports whether a plain-HTTP method passes mode (for MITM
 // inner requests in limited mode).
@@ -380,6 +640,27 @@ func MethodAllowed(mode, method string) bool {
 		return true
 	}
 	return false
+}
+
+// InnerDecision judges one request inside an intercepted tunnel: the host
+// chain of the current snapshot (no decider: the CONNECT consulted it),
+// then the method under the mode guard.
+func (e *Engine) InnerDecision(ctx context.Context, req Request) Decision {
+	s := e.state.Load()
+	if !s.enabled {
+		return disabledDecision(req)
+	}
+	d := s.hostDecision(ctx, req)
+	if !d.Allowed() {
+		return d
+	}
+	if MethodAllowed(s.mode, req.Method) {
+		d.Steps = append(d.Steps, Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
+		return d
+	}
+	d.Verdict, d.Reason, d.Source = Deny, ReasonMethodNotAllowed, SourceModeGuard
+	d.Steps = append(d.Steps, Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(ReasonMethodNotAllowed)})
+	return d
 }
 
 func parseLiteral(host string) (netip.Addr, bool) {

@@ -9,21 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/netproxy/netproxy/internal/config"
 )
-
-func mustCompile(t testing.TB, domains map[string]string, allowLocal bool, extra ...Entry) *Policy {
-	t.Helper()
-	cfg := config.Default()
-	cfg.Network.Domains = domains
-	cfg.Network.AllowLocalBinding = allowLocal
-	p, err := Compile(cfg, extra...)
-	if err != nil {
-		t.Fatalf("Compile: %v", err)
-	}
-	return p
-}
 
 func staticResolver(hosts map[string][]string) Resolver {
 	m := map[string][]netip.Addr{}
@@ -61,8 +47,8 @@ type row struct {
 // checkSteps enforces the step vocabulary of SPEC §7.1.
 func checkSteps(t *testing.T, host string, d Decision) {
 	t.Helper()
-	steps := map[string]bool{"deny": true, "local_guard": true, "allow": true, "mode": true}
-	results := map[string]bool{"hit": true, "miss": true, "pass": true, "block": true}
+	steps := map[StepName]bool{"deny": true, "local_guard": true, "allow": true, "mode": true}
+	results := map[StepResult]bool{"hit": true, "miss": true, "pass": true, "block": true}
 	if len(d.Steps) == 0 {
 		t.Errorf("%q: no steps", host)
 	}
@@ -143,10 +129,10 @@ func TestHostBlockedReference(t *testing.T) {
 	for _, c := range cases {
 		if c.name == "denied_wins_over_allowed" {
 			p := mustCompile(t, map[string]string{"example.com": "allow"}, false, Entry{Pattern: "EXAMPLE.com.", Decision: "deny"})
-			runRows(t, c.name, NewEngine(p, res, ModeFull, nil), []row{{"example.com", ReasonDenied}})
+			runRows(t, c.name, newTestEngine(p, res, ModeFull, nil), []row{{"example.com", ReasonDenied}})
 			continue
 		}
-		runRows(t, c.name, NewEngine(mustCompile(t, c.domains, c.allowLocal), res, ModeFull, nil), c.rows)
+		runRows(t, c.name, newTestEngine(mustCompile(t, c.domains, c.allowLocal), res, ModeFull, nil), c.rows)
 	}
 }
 
@@ -154,7 +140,7 @@ func TestHostBlockedReference(t *testing.T) {
 // must be blocked as not_allowed_local (or not_allowed when it is not a valid
 // host at all), never allowed.
 func TestSSRFSpellings(t *testing.T) {
-	e := NewEngine(mustCompile(t, map[string]string{"*": "allow"}, false), staticOnly{staticResolver(publicHosts)}, ModeFull, nil)
+	e := newTestEngine(mustCompile(t, map[string]string{"*": "allow"}, false), staticOnly{staticResolver(publicHosts)}, ModeFull, nil)
 	local := []string{
 		"127.0.0.1", "127.1", "127.0.1", "2130706433", "0x7f000001", "0X7F000001", "0177.0.0.1", "0x7f.1",
 		"017700000001", "0x7f.0x0.0x0.0x1", "127.000.000.001", "127.0.0.1.", "127.0.0.1..", "127.0.0.1:80",
@@ -201,7 +187,7 @@ func TestSSRFSpellings(t *testing.T) {
 // numeric, Unicode, percent-encoded and IPv4-mapped spellings, even with
 // local binding allowed and "*" on the allow list.
 func TestDenyCatchesEverySpelling(t *testing.T) {
-	e := NewEngine(mustCompile(t, map[string]string{"*": "allow", "127.0.0.1": "deny", "169.254.169.254": "deny", "[::1]": "deny"}, true), staticOnly{staticResolver(nil)}, ModeFull, nil)
+	e := newTestEngine(mustCompile(t, map[string]string{"*": "allow", "127.0.0.1": "deny", "169.254.169.254": "deny", "[::1]": "deny"}, true), staticOnly{staticResolver(nil)}, ModeFull, nil)
 	for _, h := range []string{"127.1", "2130706433", "0x7f000001", "0177.0.0.1", "127。0。0。1", "127%2e0%2e0%2e1",
 		"[::ffff:127.0.0.1]", "2852039166", "0xa9.0xfe.0xa9.0xfe", "[::ffff:a9fe:a9fe]", "[0:0:0:0:0:0:0:1]", "::1"} {
 		d := e.Evaluate(context.Background(), Request{Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
@@ -212,16 +198,18 @@ func TestDenyCatchesEverySpelling(t *testing.T) {
 }
 
 func TestDecisionFieldsAndSteps(t *testing.T) {
-	e := NewEngine(mustCompile(t, map[string]string{"*.wild.test": "allow", "bad.test": "deny", "127.0.0.1": "allow"}, false),
+	e := newTestEngine(mustCompile(t, map[string]string{"*.wild.test": "allow", "bad.test": "deny", "127.0.0.1": "allow"}, false),
 		staticOnly{staticResolver(map[string][]string{"a.wild.test": {"93.184.216.34"}})}, ModeFull, nil)
 	d := e.Evaluate(context.Background(), Request{Host: "A.Wild.Test.:8443", Port: 8443, Protocol: ProtoHTTP, Method: "GET"})
 	if !d.Allowed() || d.Host != "a.wild.test" || d.Pattern != "*.wild.test" || d.Source != SourceBaseline || len(d.Addrs) != 1 || d.LocalLiteral {
 		t.Fatalf("allowed decision wrong: %+v", d)
 	}
-	wantSteps := []string{"deny:miss", "local_guard:pass", "allow:hit", "mode:pass"}
+	// The guard passes the name unresolved, the allow list hits, then the
+	// answers are judged (step 5) before the mode guard.
+	wantSteps := []string{"deny:miss", "local_guard:pass", "allow:hit", "local_guard:pass", "mode:pass"}
 	var got []string
 	for _, s := range d.Steps {
-		got = append(got, s.Step+":"+s.Result)
+		got = append(got, string(s.Step)+":"+string(s.Result))
 	}
 	if strings.Join(got, ",") != strings.Join(wantSteps, ",") {
 		t.Fatalf("steps %v, want %v", got, wantSteps)
@@ -254,9 +242,9 @@ func (r *recordingDecider) Decide(_ context.Context, req Request, base Decision)
 func TestDeciderOnlyForNotAllowed(t *testing.T) {
 	dec := &recordingDecider{verdict: Allow}
 	res := staticOnly{staticResolver(map[string][]string{"ok.test": {"93.184.216.34"}, "unknown.test": {"93.184.216.34"}, "private.test": {"10.0.0.5"}})}
-	e := NewEngine(mustCompile(t, map[string]string{"ok.test": "allow", "bad.test": "deny"}, false), res, ModeFull, dec)
+	e := newTestEngine(mustCompile(t, map[string]string{"ok.test": "allow", "bad.test": "deny"}, false), res, ModeFull, dec)
 	ctx := context.Background()
-	for _, h := range []string{"bad.test", "private.test", "gone.invalid", "10.0.0.1", "ok.test"} {
+	for _, h := range []string{"bad.test", "10.0.0.1", "ok.test"} {
 		d := e.Evaluate(ctx, Request{Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
 		if h != "ok.test" && (d.Allowed() || d.Source != SourceBaseline) {
 			t.Errorf("%s: decider must not override %s", h, d.Reason)
@@ -265,6 +253,19 @@ func TestDeciderOnlyForNotAllowed(t *testing.T) {
 	if len(dec.calls) != 0 {
 		t.Fatalf("decider called for %v", dec.calls)
 	}
+	// An unlisted name is not resolved before the decider (SPEC 3.4): it is
+	// not_allowed; once the decider allows it, it is resolved and judged, and
+	// a private answer or a failed lookup is final not_allowed_local.
+	for _, h := range []string{"private.test", "gone.invalid"} {
+		d := e.Evaluate(ctx, Request{Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
+		if d.Allowed() || d.Reason != ReasonNotAllowedLocal || d.Source != SourceBaseline {
+			t.Errorf("%s: decider allow must be judged after resolving: %+v", h, d)
+		}
+	}
+	if len(dec.calls) != 2 {
+		t.Fatalf("decider calls %v, want private.test and gone.invalid", dec.calls)
+	}
+	dec.calls = nil
 	d := e.Evaluate(ctx, Request{Host: "unknown.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"})
 	if !d.Allowed() || d.Source != SourceDecider || d.ApprovalID != "ap1" || len(d.Addrs) != 1 {
 		t.Fatalf("decider allow: %+v", d)
@@ -278,7 +279,7 @@ func TestDeciderOnlyForNotAllowed(t *testing.T) {
 		t.Fatalf("decider ask: %+v", d)
 	}
 	// Without a decider not_allowed is final from the baseline.
-	e2 := NewEngine(mustCompile(t, nil, false), res, ModeFull, nil)
+	e2 := newTestEngine(mustCompile(t, nil, false), res, ModeFull, nil)
 	if d := e2.Evaluate(ctx, Request{Host: "unknown.test", Port: 80}); d.Verdict != Deny || d.Reason != ReasonNotAllowed || d.Source != SourceBaseline {
 		t.Fatalf("no decider: %+v", d)
 	}
@@ -287,7 +288,7 @@ func TestDeciderOnlyForNotAllowed(t *testing.T) {
 func TestLimitedMode(t *testing.T) {
 	dec := &recordingDecider{verdict: Allow}
 	res := staticOnly{staticResolver(map[string][]string{"ok.test": {"93.184.216.34"}, "other.test": {"93.184.216.34"}, "bad.test": {"93.184.216.34"}})}
-	e := NewEngine(mustCompile(t, map[string]string{"ok.test": "allow", "bad.test": "deny"}, false), res, ModeLimited, dec)
+	e := newTestEngine(mustCompile(t, map[string]string{"ok.test": "allow", "bad.test": "deny"}, false), res, ModeLimited, dec)
 	ctx := context.Background()
 	cases := []struct {
 		req    Request
@@ -317,7 +318,7 @@ func TestLimitedMode(t *testing.T) {
 
 func TestSwapAndAmend(t *testing.T) {
 	res := staticOnly{staticResolver(map[string][]string{"a.test": {"93.184.216.34"}, "b.test": {"93.184.216.34"}})}
-	e := NewEngine(mustCompile(t, map[string]string{"a.test": "allow"}, false), res, ModeFull, nil)
+	e := newTestEngine(mustCompile(t, map[string]string{"a.test": "allow"}, false), res, ModeFull, nil)
 	ctx := context.Background()
 	ev := func(h string) Decision {
 		return e.Evaluate(ctx, Request{Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
@@ -329,7 +330,7 @@ func TestSwapAndAmend(t *testing.T) {
 	if !ev("b.test").Allowed() {
 		t.Fatal("amended allow")
 	}
-	e.Swap(mustCompile(t, map[string]string{"*": "allow"}, false), ModeLimited)
+	swapT(e, mustCompile(t, map[string]string{"*": "allow"}, false), ModeLimited)
 	if e.Mode() != ModeLimited || !ev("b.test").Allowed() {
 		t.Fatal("amendment must survive Swap")
 	}
@@ -344,7 +345,7 @@ func TestSwapAndAmend(t *testing.T) {
 	if e.AllowLocalBinding() {
 		t.Fatal("AllowLocalBinding")
 	}
-	e.Swap(mustCompile(t, nil, true), ModeFull)
+	swapT(e, mustCompile(t, nil, true), ModeFull)
 	if !e.AllowLocalBinding() {
 		t.Fatal("AllowLocalBinding after swap")
 	}
@@ -352,7 +353,7 @@ func TestSwapAndAmend(t *testing.T) {
 
 func TestConcurrentEvaluateSwapAmend(t *testing.T) {
 	res := staticOnly{staticResolver(map[string][]string{"a.test": {"93.184.216.34"}})}
-	e := NewEngine(mustCompile(t, map[string]string{"a.test": "allow"}, false), res, ModeFull, nil)
+	e := newTestEngine(mustCompile(t, map[string]string{"a.test": "allow"}, false), res, ModeFull, nil)
 	var wg sync.WaitGroup
 	for i := 0; i < 4; i++ {
 		wg.Add(1)
@@ -364,7 +365,7 @@ func TestConcurrentEvaluateSwapAmend(t *testing.T) {
 		}()
 	}
 	for j := 0; j < 100; j++ {
-		e.Swap(mustCompile(t, map[string]string{"a.test": "allow"}, false), ModeFull)
+		swapT(e, mustCompile(t, map[string]string{"a.test": "allow"}, false), ModeFull)
 		e.Amend("x.test", Allow)
 	}
 	wg.Wait()
@@ -377,11 +378,10 @@ func TestCompileErrors(t *testing.T) {
 	bad := filepath.Join(dir, "bad.txt")
 	os.WriteFile(bad, []byte("ok.test\n[\n*\n"), 0o644)
 
-	cfg := config.Default()
-	cfg.Path = filepath.Join(dir, "netproxy.toml")
-	cfg.Network.Domains = map[string]string{"*": "deny", "[": "allow", "a.test": "maybe"}
-	cfg.Network.DomainFiles = []config.DomainFile{{Path: "good.txt", Decision: "deny"}, {Path: "bad.txt", Decision: "deny"}, {Path: "missing.txt", Decision: "allow"}}
-	_, err := Compile(cfg)
+	opts := testOptions(true, map[string]string{"*": "deny", "[": "allow", "a.test": "maybe"}, false)
+	opts.DomainFiles = []DomainFile{{Path: good, Decision: "deny", Key: "network.domain_files[0]"}, {Path: bad, Decision: "deny", Key: "network.domain_files[1]"},
+		{Path: filepath.Join(dir, "missing.txt"), Decision: "allow", Key: "network.domain_files[2]"}}
+	_, err := Build(opts)
 	if err == nil {
 		t.Fatal("Compile accepted a broken config")
 	}
@@ -393,16 +393,17 @@ func TestCompileErrors(t *testing.T) {
 		}
 	}
 
-	cfg.Network.Domains = map[string]string{"x.test": "allow"}
-	cfg.Network.DomainFiles = []config.DomainFile{{Path: good, Decision: "deny"}}
-	p, err := Compile(cfg, Entry{Pattern: "rule.test", Decision: "allow", Origin: "default.rules:3"})
+	opts = testOptions(true, map[string]string{"x.test": "allow"}, false, Entry{Pattern: "rule.test", Decision: "allow", Origin: "default.rules:3"})
+	opts.DomainFiles = []DomainFile{{Path: good, Decision: "deny"}}
+	p, err := Build(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a, d := p.PatternCounts(); a != 2 || d != 2 {
 		t.Fatalf("PatternCounts = %d, %d; want 2, 2", a, d)
 	}
-	_, err = Compile(cfg, Entry{Pattern: "*", Decision: "deny", Origin: "default.rules:7"})
+	opts.Entries = append(opts.Entries, Entry{Pattern: "*", Decision: "deny", Origin: "default.rules:7"})
+	_, err = Build(opts)
 	if err == nil || !strings.Contains(err.Error(), "default.rules:7") {
 		t.Fatalf("extra entry error must name its origin: %v", err)
 	}
@@ -443,7 +444,7 @@ func TestMethodAllowed(t *testing.T) {
 // Reference §9.2 is_loopback_host rows: localhost spellings are local
 // literals; a name that merely contains "localhost" is an ordinary name.
 func TestLocalhostVariants(t *testing.T) {
-	e := NewEngine(mustCompile(t, map[string]string{"*": "allow"}, false),
+	e := newTestEngine(mustCompile(t, map[string]string{"*": "allow"}, false),
 		staticOnly{staticResolver(map[string][]string{"notlocalhost": {"93.184.216.34"}})}, ModeFull, nil)
 	for h, want := range map[string]Reason{
 		"localhost": ReasonNotAllowedLocal, "localhost.": ReasonNotAllowedLocal, "LOCALHOST": ReasonNotAllowedLocal,
@@ -463,7 +464,7 @@ func TestAmendReferenceRows(t *testing.T) {
 	req := Request{Host: "example.com", Port: 443}
 
 	// add_denied_domain_removes_matching_allow_entry
-	e := NewEngine(mustCompile(t, map[string]string{"example.com": "allow"}, false), res, ModeFull, nil)
+	e := newTestEngine(mustCompile(t, map[string]string{"example.com": "allow"}, false), res, ModeFull, nil)
 	e.Amend("EXAMPLE.COM", Deny)
 	if d := e.Evaluate(ctx, req); d.Reason != ReasonDenied {
 		t.Errorf("amended deny over allow: %+v", d)
@@ -475,7 +476,7 @@ func TestAmendReferenceRows(t *testing.T) {
 	}
 
 	// add_denied_domain_forces_block_with_global_wildcard_allowlist
-	e = NewEngine(mustCompile(t, map[string]string{"*": "allow"}, false), res, ModeFull, nil)
+	e = newTestEngine(mustCompile(t, map[string]string{"*": "allow"}, false), res, ModeFull, nil)
 	if !e.Evaluate(ctx, Request{Host: "8.8.8.8", Port: 443}).Allowed() {
 		t.Fatal("8.8.8.8 under '*'")
 	}
@@ -487,7 +488,7 @@ func TestAmendReferenceRows(t *testing.T) {
 	// add_allowed_domain_removes_matching_deny_entry — SPEC §3.4 differs: a
 	// configured deny is final and no reviewer can override it, so an
 	// amended allow does not lift a deny-list entry.
-	e = NewEngine(mustCompile(t, map[string]string{"example.com": "deny"}, false), res, ModeFull, nil)
+	e = newTestEngine(mustCompile(t, map[string]string{"example.com": "deny"}, false), res, ModeFull, nil)
 	e.Amend("ExAmPlE.CoM", Allow)
 	if d := e.Evaluate(ctx, req); d.Reason != ReasonDenied {
 		t.Errorf("configured deny must stay final: %+v", d)

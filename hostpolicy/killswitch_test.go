@@ -5,22 +5,7 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"testing"
-
-	"github.com/netproxy/netproxy/internal/config"
 )
-
-func compileEnabled(t *testing.T, enabled bool, domains map[string]string, allowLocal bool) *Policy {
-	t.Helper()
-	cfg := config.Default()
-	cfg.Network.Enabled = enabled
-	cfg.Network.Domains = domains
-	cfg.Network.AllowLocalBinding = allowLocal
-	p, err := Compile(cfg)
-	if err != nil {
-		t.Fatalf("Compile: %v", err)
-	}
-	return p
-}
 
 // countingResolver fails every lookup and counts them: a disabled proxy
 // must not even resolve.
@@ -53,9 +38,9 @@ func TestDisabledBeatsEverything(t *testing.T) {
 	res := &countingResolver{}
 	domains := map[string]string{"ok.test": "allow", "*.wild.test": "allow", "127.0.0.1": "allow", "bad.test": "deny"}
 	for _, mode := range []string{ModeFull, ModeLimited} {
-		e := NewEngine(compileEnabled(t, false, domains, false), res, mode, dec)
+		e := newTestEngine(compileEnabled(t, false, domains, false), res, mode, dec)
 		e.Amend("amended.test", Allow)
-		if e.Enabled() || e.Policy().Enabled() {
+		if e.Enabled() || e.Snapshot().Enabled() {
 			t.Fatal("Enabled() must report network.enabled = false")
 		}
 		for _, req := range []Request{
@@ -88,7 +73,7 @@ func TestDisabledBeatsEverything(t *testing.T) {
 	}
 
 	// Even '*' with local binding on is off when the proxy is.
-	e := NewEngine(compileEnabled(t, false, map[string]string{"*": "allow"}, true), res, ModeFull, nil)
+	e := newTestEngine(compileEnabled(t, false, map[string]string{"*": "allow"}, true), res, ModeFull, nil)
 	wantDisabled(t, "star", e.Evaluate(ctx, Request{Host: "example.com", Port: 443, Protocol: ProtoHTTPS}))
 }
 
@@ -98,26 +83,26 @@ func TestDisabledSwapBothWays(t *testing.T) {
 	ctx := context.Background()
 	res := staticOnly{staticResolver(map[string][]string{"ok.test": {"93.184.216.34"}, "amended.test": {"93.184.216.34"}})}
 	domains := map[string]string{"ok.test": "allow"}
-	e := NewEngine(compileEnabled(t, true, domains, false), res, ModeFull, nil)
+	e := newTestEngine(compileEnabled(t, true, domains, false), res, ModeFull, nil)
 	e.Amend("amended.test", Allow)
 	req := Request{Host: "ok.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"}
 	amended := Request{Host: "amended.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"}
 	if !e.Evaluate(ctx, req).Allowed() || !e.Evaluate(ctx, amended).Allowed() || !e.Enabled() {
 		t.Fatal("enabled policy must allow")
 	}
-	e.Swap(compileEnabled(t, false, domains, false), ModeFull)
+	swapT(e, compileEnabled(t, false, domains, false), ModeFull)
 	wantDisabled(t, "after swap off", e.Evaluate(ctx, req))
 	wantDisabled(t, "amended after swap off", e.Evaluate(ctx, amended))
-	e.Swap(compileEnabled(t, true, domains, false), ModeFull)
+	swapT(e, compileEnabled(t, true, domains, false), ModeFull)
 	if !e.Evaluate(ctx, req).Allowed() || !e.Evaluate(ctx, amended).Allowed() {
 		t.Fatal("swap back on must allow again")
 	}
 	// An engine without a compiled policy is enabled with empty lists.
-	if d := NewEngine(nil, res, ModeFull, nil).Evaluate(ctx, req); d.Reason != ReasonNotAllowed {
+	if d := newTestEngine(nil, res, ModeFull, nil).Evaluate(ctx, req); d.Reason != ReasonNotAllowed {
 		t.Fatalf("nil policy: %+v", d)
 	}
 	// The zero Policy fails closed.
-	if (&Policy{}).Enabled() {
+	if (&Snapshot{}).Enabled() {
 		t.Fatal("zero Policy must be disabled")
 	}
 }
@@ -125,13 +110,13 @@ func TestDisabledSwapBothWays(t *testing.T) {
 // flippingDecider throws the kill switch while it "reviews", then approves.
 type flippingDecider struct {
 	e   *Engine
-	off *Policy
+	off *Snapshot
 	n   int
 }
 
 func (f *flippingDecider) Decide(_ context.Context, req Request, base Decision) Decision {
 	f.n++
-	f.e.Swap(f.off, ModeFull)
+	swapT(f.e, f.off, ModeFull)
 	return Decision{Verdict: Allow, Source: SourceDecider, ApprovalID: "ap1", Override: "allow_session"}
 }
 
@@ -141,7 +126,7 @@ func TestDisabledDuringReviewBeatsApproval(t *testing.T) {
 	ctx := context.Background()
 	res := staticOnly{staticResolver(map[string][]string{"unknown.test": {"93.184.216.34"}})}
 	dec := &flippingDecider{off: compileEnabled(t, false, nil, false)}
-	e := NewEngine(compileEnabled(t, true, nil, false), res, ModeFull, dec)
+	e := newTestEngine(compileEnabled(t, true, nil, false), res, ModeFull, dec)
 	dec.e = e
 	d := e.Evaluate(ctx, Request{Host: "unknown.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"})
 	if dec.n != 1 {

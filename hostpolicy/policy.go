@@ -1,129 +1,73 @@
 package hostpolicy
 
 import (
-	"errors"
 	"fmt"
 	"hash/maphash"
-	"os"
+	"net/netip"
 	"path"
-	"path/filepath"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/netproxy/netproxy/hostpolicy/hostname"
-	"github.com/netproxy/netproxy/internal/config"
 )
 
-// Entry is one pattern with its decision and where it came from.
-type Entry struct {
-	Pattern  string
-	Decision string // "allow" | "deny"
-	Origin   string // e.g. "network.domains.\"a.test\"" or "deny.txt:12", used in errors
-}
-
-// Policy is a compiled, immutable pair of allow and deny lists plus the
-// settings the chain needs. Build it with Compile; share it freely.
-type Policy struct {
-	allow, deny       *matcher
+// Snapshot is one immutable, compiled state of the whole chain: the allow
+// and deny lists with their address entries, the static answers, the
+// resolver, the mode, the kill switch, MITM admission, netproxy's listen
+// addresses and the live amendments. The Engine swaps it with one atomic
+// store, so a request sees all of one snapshot or all of the next. Build it
+// with Build or Load; share it freely.
+type Snapshot struct {
+	allow, deny           *matcher
+	allowAddrs, denyAddrs *addrSet
+	// allowPrefixes are the allow list's CIDR entries only: the explicit
+	// exemption for the answers of a name (an exact literal entry allows
+	// that literal as a target, never a name resolving to it).
+	allowPrefixes     *addrSet
 	allowLocalBinding bool
 	mode              string
 	// enabled is network.enabled, the operator's kill switch. The zero
-	// value is off: a Policy not built by Compile blocks everything.
+	// value is off: a Snapshot not built by Build blocks everything.
 	enabled bool
+	mitm    bool
+	// static are the [dns.hosts] answers (local, readable at any step);
+	// dns is asked only for a name the allow list or a reviewer allowed.
+	static map[string][]netip.Addr
+	dns    Resolver
+	listen []string
+	amends *amendments
 }
 
 // Enabled reports network.enabled: false means every request is blocked
 // with proxy_disabled (source proxy_state) before any other step.
-func (p *Policy) Enabled() bool { return p.enabled }
+func (p *Snapshot) Enabled() bool { return p.enabled }
 
-// PatternCounts returns how many patterns each list holds.
-func (p *Policy) PatternCounts() (allow, deny int) { return p.allow.count, p.deny.count }
+// PatternCounts returns how many entries (patterns and address entries)
+// each list holds.
+func (p *Snapshot) PatternCounts() (allow, deny int) {
+	return p.allow.count, p.deny.count
+}
 
 // AllowLocalBinding reports network.allow_local_binding.
-func (p *Policy) AllowLocalBinding() bool { return p.allowLocalBinding }
+func (p *Snapshot) AllowLocalBinding() bool { return p.allowLocalBinding }
 
 // Mode is network.mode ("full" or "limited").
-func (p *Policy) Mode() string { return p.mode }
+func (p *Snapshot) Mode() string { return p.mode }
 
-// Compile builds a Policy from cfg's [network.domains], its domain_files
-// (relative paths resolve against the folder of cfg.Path) and extra entries
-// (network_rule()s from rules files). Every bad entry is reported; the error
-// joins them all, each naming its key or file:line.
-func Compile(cfg *config.Config, extra ...Entry) (*Policy, error) {
-	if cfg == nil {
-		return nil, errors.New("hostpolicy: nil config")
-	}
-	b := newBuilder()
-	var errs []error
+// MITM reports whether limited-mode CONNECTs are admitted to interception.
+func (p *Snapshot) MITM() bool { return p.mitm }
 
-	keys := make([]string, 0, len(cfg.Network.Domains))
-	for k := range cfg.Network.Domains {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if err := b.add(Entry{Pattern: k, Decision: cfg.Network.Domains[k], Origin: "network.domains." + strconv.Quote(k)}); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	for i, df := range cfg.Network.DomainFiles {
-		key := fmt.Sprintf("network.domain_files[%d]", i)
-		if df.Decision != "allow" && df.Decision != "deny" {
-			errs = append(errs, fmt.Errorf("%s.decision: %q is not \"allow\" or \"deny\"", key, df.Decision))
-			continue
-		}
-		p := df.Path
-		if p == "" {
-			errs = append(errs, fmt.Errorf("%s.path: missing; give the file of patterns", key))
-			continue
-		}
-		if !filepath.IsAbs(p) && cfg.Path != "" {
-			p = filepath.Join(filepath.Dir(cfg.Path), p)
-		}
-		if f, err := os.Open(p); err != nil {
-			var pe *os.PathError
-			if errors.As(err, &pe) {
-				err = pe.Err
-			}
-			errs = append(errs, fmt.Errorf("%s.path: cannot read domain file %s: %v", key, p, err))
-			continue
-		} else {
-			f.Close()
-		}
-		errs = append(errs, ReadDomainFile(p, df.Decision, func(e Entry) error { return b.addPattern(e.Pattern, e.Decision) })...)
-	}
-	for _, e := range extra {
-		if err := b.add(e); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return &Policy{
-		allow:             b.allow.build(),
-		deny:              b.deny.build(),
-		allowLocalBinding: cfg.Network.AllowLocalBinding,
-		mode:              cfg.Network.Mode,
-		enabled:           cfg.Network.Enabled,
-	}, nil
+// ListenAddrs are netproxy's own listen addresses ("host:port").
+func (p *Snapshot) ListenAddrs() []string { return append([]string(nil), p.listen...) }
+
+type builder struct {
+	allow, deny                          *matcherBuilder
+	allowAddrs, denyAddrs, allowPrefixes *addrSetBuilder
 }
-
-// ReadDomainFile reads a domain file (see hostname.ReadPatternFile) and
-// calls add with each pattern and decision (Origin "path:line"). add's error
-// should not repeat the origin: every returned error is prefixed path:line.
-func ReadDomainFile(path, decision string, add func(Entry) error) []error {
-	return hostname.ReadPatternFile(path, func(line int, pattern string) error {
-		return add(Entry{Pattern: pattern, Decision: decision, Origin: path + ":" + strconv.Itoa(line)})
-	})
-}
-
-type builder struct{ allow, deny *matcherBuilder }
 
 func newBuilder() *builder {
-	return &builder{allow: newMatcherBuilder(), deny: newMatcherBuilder()}
+	return &builder{allow: newMatcherBuilder(), deny: newMatcherBuilder(),
+		allowAddrs: newAddrSetBuilder(), denyAddrs: newAddrSetBuilder(), allowPrefixes: newAddrSetBuilder()}
 }
 
 // add adds one entry; its error names the entry's origin.
@@ -139,20 +83,28 @@ func (b *builder) add(e Entry) error {
 }
 
 func (b *builder) addPattern(pattern, decision string) error {
-	p, err := hostname.ParsePattern(pattern)
+	pe, err := parseEntry(pattern, decision)
 	if err != nil {
 		return err
 	}
-	switch decision {
-	case "allow":
-		b.allow.add(p)
-	case "deny":
-		if err := hostname.CheckDeny(p); err != nil {
-			return fmt.Errorf("%q: %w", pattern, err)
+	m, addrs := b.allow, b.allowAddrs
+	if decision == EntryDeny {
+		m, addrs = b.deny, b.denyAddrs
+	}
+	if pe.pattern != nil {
+		m.add(*pe.pattern)
+	} else {
+		m.m.count++ // a CIDR entry: counted with the list's patterns
+	}
+	if pe.hasPrefix {
+		text := pe.prefix.String()
+		if pe.pattern != nil {
+			text = pe.pattern.Text
 		}
-		b.deny.add(p)
-	default:
-		return fmt.Errorf("decision %q is not \"allow\" or \"deny\"", decision)
+		addrs.add(pe.prefix, text)
+		if pe.pattern == nil && decision == EntryAllow {
+			b.allowPrefixes.add(pe.prefix, text)
+		}
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ func TestRecheckUsesPinnedAddressesOnly(t *testing.T) {
 	pub := []netip.Addr{netip.MustParseAddr("93.184.216.34")}
 	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 	domains := map[string]string{"ok.test": "allow", "bad.test": "deny", "127.0.0.1": "allow"}
-	e := NewEngine(compileEnabled(t, true, domains, false), res, ModeFull, nil)
+	e := newTestEngine(compileEnabled(t, true, domains, false), res, ModeFull, nil)
 	cases := []struct {
 		host  string
 		addrs []netip.Addr
@@ -37,7 +37,7 @@ func TestRecheckUsesPinnedAddressesOnly(t *testing.T) {
 	if d := e.Recheck("ok.test", 443, pub); d.Reason != ReasonDenied {
 		t.Errorf("after deny_always: %q", d.Reason)
 	}
-	e.Swap(compileEnabled(t, false, domains, false), ModeFull)
+	swapT(e, compileEnabled(t, false, domains, false), ModeFull)
 	if d := e.Recheck("approved.test", 443, pub); d.Reason != ReasonProxyDisabled {
 		t.Errorf("kill switch: %q", d.Reason)
 	}
@@ -48,10 +48,10 @@ func TestRecheckUsesPinnedAddressesOnly(t *testing.T) {
 
 // Subscribe's callbacks run after every Swap and Amend.
 func TestSubscribeSeesSwapAndAmend(t *testing.T) {
-	e := NewEngine(nil, &countingResolver{}, ModeFull, nil)
+	e := newTestEngine(nil, &countingResolver{}, ModeFull, nil)
 	var n atomic.Int32
 	e.Subscribe(func() { n.Add(1) })
-	e.Swap(compileEnabled(t, true, map[string]string{"a.test": "allow"}, false), ModeFull)
+	swapT(e, compileEnabled(t, true, map[string]string{"a.test": "allow"}, false), ModeFull)
 	e.Amend("b.test", Deny)
 	e.Amend("c.test", Allow)
 	if got := n.Load(); got != 3 {

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/netproxy/netproxy/hostpolicy/hostname"
-	"github.com/netproxy/netproxy/internal/config"
 )
 
 // Resolver answers the addresses of a name. Implementations must fail closed:
@@ -25,10 +25,39 @@ const DefaultDNSTimeout = 2 * time.Second
 // ErrNoAddresses is returned when a lookup succeeds with no address.
 var ErrNoAddresses = errors.New("name resolved to no address")
 
+var errNoResolver = errors.New("no resolver configured")
+
 type staticThenSystem struct {
 	static  map[string][]netip.Addr
 	timeout time.Duration
 	system  *net.Resolver
+	// rooted sends every name as a fully qualified name (no search list):
+	// set when dns.servers pins the resolver.
+	rooted bool
+}
+
+// newDNSResolver is the resolver of [dns] without static answers: the
+// system's (resolv.conf) when servers is empty, else Go's own resolver
+// dialing only servers ("ip:port", tried in turn). Every lookup is bounded
+// by timeout and fails closed.
+func newDNSResolver(timeout time.Duration, servers []string) Resolver {
+	if timeout <= 0 {
+		timeout = DefaultDNSTimeout
+	}
+	r := &staticThenSystem{timeout: timeout, system: net.DefaultResolver}
+	if len(servers) > 0 {
+		list := append([]string(nil), servers...)
+		var next atomic.Uint32
+		r.rooted = true
+		r.system = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			// The address Go asks for comes from resolv.conf; dns.servers
+			// replaces it: no query ever goes elsewhere.
+			srv := list[int(next.Add(1)-1)%len(list)]
+			var d net.Dialer
+			return d.DialContext(ctx, network, srv)
+		}}
+	}
+	return r
 }
 
 // NewResolver returns a resolver that answers from static ([dns.hosts],
@@ -57,9 +86,20 @@ func (r *staticThenSystem) LookupNetIP(ctx context.Context, host string) ([]neti
 		}
 		return append([]netip.Addr(nil), addrs...), nil
 	}
+	if host == "localhost" {
+		// RFC 6761: localhost is loopback and is never sent to DNS.
+		return []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}, nil
+	}
+	if r.system == nil {
+		return nil, fmt.Errorf("lookup %s: no resolver", host)
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	addrs, err := r.system.LookupNetIP(ctx, "ip", host)
+	name := host
+	if r.rooted && !strings.HasSuffix(name, ".") {
+		name += "."
+	}
+	addrs, err := r.system.LookupNetIP(ctx, "ip", name)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, fmt.Errorf("lookup %s: timed out after %s", host, r.timeout)
@@ -75,59 +115,3 @@ func (r *staticThenSystem) LookupNetIP(ctx context.Context, host string) ([]neti
 	}
 	return out, nil
 }
-
-// StaticHosts converts cfg's [dns.hosts] into resolver answers. Config
-// validation has already rejected bad addresses; an address that still does
-// not parse is an error naming its key.
-func StaticHosts(cfg *config.Config) (map[string][]netip.Addr, error) {
-	out := make(map[string][]netip.Addr, len(cfg.DNS.Hosts))
-	for name, list := range cfg.DNS.Hosts {
-		for i, s := range list {
-			a, err := netip.ParseAddr(s)
-			if err != nil {
-				return nil, fmt.Errorf("dns.hosts.%q[%d]: %q is not an IP address", name, i, s)
-			}
-			out[name] = append(out[name], a.Unmap())
-		}
-	}
-	return out, nil
-}
-
-// NewResolverFromConfig is NewResolver over cfg's [dns] table, wrapped so
-// that a policy reload can replace it (ReloadableResolver.Reload).
-func NewResolverFromConfig(cfg *config.Config) (*ReloadableResolver, error) {
-	static, err := StaticHosts(cfg)
-	if err != nil {
-		return nil, err
-	}
-	r := &ReloadableResolver{}
-	r.cur.Store(&resolverBox{NewResolver(static, cfg.DNS.Timeout.Duration)})
-	return r, nil
-}
-
-// ReloadableResolver is the serving resolver: the engine and the proxy
-// dialer keep one reference for the process lifetime, and a reload of
-// [dns] (SIGHUP, POST /api/reload) swaps what it answers from.
-type ReloadableResolver struct {
-	cur atomic.Pointer[resolverBox]
-}
-
-type resolverBox struct{ r Resolver }
-
-// LookupNetIP answers from the resolver of the latest successful Reload.
-func (r *ReloadableResolver) LookupNetIP(ctx context.Context, host string) ([]netip.Addr, error) {
-	return r.cur.Load().r.LookupNetIP(ctx, host)
-}
-
-// Prepare builds the answers of cfg's [dns] table without installing them,
-// so a reload can fail before anything changes; Install makes them live.
-func (r *ReloadableResolver) Prepare(cfg *config.Config) (Resolver, error) {
-	static, err := StaticHosts(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return NewResolver(static, cfg.DNS.Timeout.Duration), nil
-}
-
-// Install makes next (from Prepare) answer every later lookup.
-func (r *ReloadableResolver) Install(next Resolver) { r.cur.Store(&resolverBox{next}) }

@@ -13,6 +13,7 @@ import (
 	"github.com/netproxy/netproxy/approvalsvc"
 	"github.com/netproxy/netproxy/hostpolicy"
 	"github.com/netproxy/netproxy/internal/config"
+	"github.com/netproxy/netproxy/internal/server"
 )
 
 // Exit codes of `netproxy check` (SPEC §7.1).
@@ -25,13 +26,16 @@ const (
 
 // checkOutput is the JSON of `netproxy check --json` (SPEC §7.1).
 type checkOutput struct {
-	Host     string            `json:"host"`
-	Port     uint16            `json:"port"`
-	Protocol string            `json:"protocol"`
-	Decision string            `json:"decision"`
-	Reason   string            `json:"reason"`
-	Source   string            `json:"source"`
-	Pattern  string            `json:"pattern"`
+	Host     string `json:"host"`
+	Port     uint16 `json:"port"`
+	Protocol string `json:"protocol"`
+	Decision string `json:"decision"`
+	Reason   string `json:"reason"`
+	Source   string `json:"source"`
+	Pattern  string `json:"pattern"`
+	// Resolved lists the addresses the chain judged (a literal, static
+	// answers, or a lookup made after the allow list allowed the name);
+	// empty when nothing was looked up.
 	Resolved []string          `json:"resolved"`
 	Steps    []hostpolicy.Step `json:"steps"`
 }
@@ -89,14 +93,11 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		printErrors(stderr, "netproxy check: invalid configuration", err)
 		return exitUsage
 	}
-	policy, err := hostpolicy.Compile(cfg)
+	// The same builder as serve and reload: the config, the persisted
+	// network_rule amendments of $NETPROXY_HOME/rules, MITM admission.
+	policy, err := server.LoadPolicy(cfg)
 	if err != nil {
 		printErrors(stderr, "netproxy check: invalid policy", err)
-		return exitUsage
-	}
-	resolver, err := hostpolicy.NewResolverFromConfig(cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "netproxy check: %v\n", err)
 		return exitUsage
 	}
 	var decider hostpolicy.Decider
@@ -108,7 +109,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		}
 		decider = checkDecider{policy: approvalPolicy}
 	}
-	engine := hostpolicy.NewEngine(policy, resolver, cfg.Network.Mode, decider)
+	engine := hostpolicy.NewEngine(policy, decider)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -22,7 +22,11 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 		// patterns) exactly as serve would.
 		cfg, err := config.Load(path)
 		if err == nil {
-			if _, err = hostpolicy.Compile(cfg); err != nil {
+			var o hostpolicy.Options
+			if o, err = config.PolicyOptions(cfg); err == nil {
+				_, err = hostpolicy.Build(o)
+			}
+			if err != nil {
 				errs = flatten(err)
 			}
 		} else {

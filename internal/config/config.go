@@ -62,7 +62,10 @@ type DomainFile struct {
 }
 
 type DNS struct {
-	Timeout Duration            `toml:"timeout"`
+	Timeout Duration `toml:"timeout"`
+	// Servers are "ip:port" name servers for every lookup; empty: the
+	// system's resolv.conf.
+	Servers []string            `toml:"servers"`
 	Hosts   map[string][]string `toml:"hosts"`
 }
 

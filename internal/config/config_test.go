@@ -127,6 +127,13 @@ func TestErrorsNameKeysAndLines(t *testing.T) {
 		{"log level", "[log]\nlevel = \"loud\"\n", []string{"log.level"}},
 		{"upstream proxy", "[network]\nupstream_proxy = \"socks5://x:1\"\n", []string{"network.upstream_proxy"}},
 		{"enabled type", "[network]\nenabled = \"no\"\n", []string{"np.toml:2", "network.enabled", "boolean"}},
+		{"bad cidr", "[network.domains]\n\"10.0.0.0/33\" = \"deny\"\n", []string{"np.toml:2", `network.domains."10.0.0.0/33"`, "CIDR"}},
+		{"cidr host bits", "[network.domains]\n\"ok.test\" = \"allow\"\n\"10.0.0.1/8\" = \"allow\"\n", []string{"np.toml:3", `network.domains."10.0.0.1/8"`, "10.0.0.0/8"}},
+		{"cidr with port", "[network.domains]\n\"10.0.0.0/8:443\" = \"deny\"\n", []string{"np.toml:2", "port"}},
+		{"cidr with glob", "[network.domains]\n\"10.*.0.0/8\" = \"deny\"\n", []string{"np.toml:2", "wildcard"}},
+		{"dns server name", "[dns]\nservers = [\"127.0.0.1:53\", \"dns.example:53\"]\n", []string{"np.toml:2", "dns.servers[1]", "IP address"}},
+		{"dns server no port", "[dns]\nservers = [\"127.0.0.1\"]\n", []string{"np.toml:2", "dns.servers[0]", "ip:port"}},
+		{"dns servers type", "[dns]\nservers = \"127.0.0.1:53\"\n", []string{"np.toml:2", "dns.servers"}},
 		{"enabled number", "[network]\nmode = \"full\"\nenabled = 0\n", []string{"np.toml:3", "network.enabled", "boolean"}},
 	}
 	for _, c := range cases {
@@ -186,7 +193,7 @@ func TestNetworkEnabled(t *testing.T) {
 
 func TestValidateDomainFiles(t *testing.T) {
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "deny.txt"), []byte("ok.test\n# c\n[\n*\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "deny.txt"), []byte("ok.test\n# c\n[\n*\n169.254.0.0/16\n10.0.0.0/40\n"), 0o644)
 	p := filepath.Join(dir, "np.toml")
 	os.WriteFile(p, []byte("[[network.domain_files]]\npath = \"deny.txt\"\ndecision = \"deny\"\n[[network.domain_files]]\npath = \"nope.txt\"\ndecision = \"allow\"\n"), 0o644)
 	var all []string
@@ -194,7 +201,7 @@ func TestValidateDomainFiles(t *testing.T) {
 		all = append(all, e.Error())
 	}
 	text := strings.Join(all, "\n")
-	for _, w := range []string{filepath.Join(dir, "deny.txt") + ":3", filepath.Join(dir, "deny.txt") + ":4", "nope.txt", "network.domain_files[1].path"} {
+	for _, w := range []string{filepath.Join(dir, "deny.txt") + ":3", filepath.Join(dir, "deny.txt") + ":4", filepath.Join(dir, "deny.txt") + ":6", "nope.txt", "network.domain_files[1].path"} {
 		if !strings.Contains(text, w) {
 			t.Errorf("missing %q in:\n%s", w, text)
 		}

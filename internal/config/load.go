@@ -21,6 +21,7 @@ import (
 	"github.com/pelletier/go-toml/v2/unstable"
 
 	"github.com/netproxy/netproxy/configs"
+	"github.com/netproxy/netproxy/hostpolicy"
 	"github.com/netproxy/netproxy/hostpolicy/hostname"
 	"github.com/netproxy/netproxy/internal/admin"
 )
@@ -292,6 +293,9 @@ func resetSetCollections(c *Config, raw map[string]any) {
 		if _, ok := dns["hosts"]; ok {
 			c.DNS.Hosts = nil
 		}
+		if _, ok := dns["servers"]; ok {
+			c.DNS.Servers = nil
+		}
 	}
 	if ap, ok := raw["approvals"].(map[string]any); ok {
 		if _, ok := ap["hooks"]; ok {
@@ -494,22 +498,9 @@ func validate(c *Config, file string) []error {
 		bad("network.mode", `%q is not "full" or "limited"`, c.Network.Mode)
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.Network.Domains)) {
-		key := "network.domains." + strconv.Quote(k)
-		v := c.Network.Domains[k]
-		p, err := hostname.ParsePattern(k)
-		if err != nil {
-			bad(key, "%v", err)
-		}
-		switch v {
-		case "allow":
-		case "deny":
-			if err == nil {
-				if derr := hostname.CheckDeny(p); derr != nil {
-					bad(key, "%v", derr)
-				}
-			}
-		default:
-			bad(key, `decision %q is not "allow" or "deny"`, v)
+		// hostpolicy owns what an entry is (patterns, IP literals, CIDRs).
+		if err := hostpolicy.CheckEntry(k, c.Network.Domains[k]); err != nil {
+			bad("network.domains."+strconv.Quote(k), "%v", err)
 		}
 	}
 	for i, df := range c.Network.DomainFiles {
@@ -527,6 +518,11 @@ func validate(c *Config, file string) []error {
 
 	if c.DNS.Timeout.Duration <= 0 {
 		bad("dns.timeout", `must be a positive duration such as "2s"`)
+	}
+	for i, s := range c.DNS.Servers {
+		if err := hostpolicy.CheckDNSServer(s); err != nil {
+			bad(fmt.Sprintf("dns.servers[%d]", i), "%v", err)
+		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.DNS.Hosts)) {
 		key := "dns.hosts." + strconv.Quote(k)
@@ -690,13 +686,10 @@ func validateDomainFiles(c *Config) []error {
 		} else {
 			f.Close()
 		}
-		errs = append(errs, hostname.ReadPatternFile(df.Path, func(_ int, pattern string) error {
-			p, err := hostname.ParsePattern(pattern)
-			if err == nil && df.Decision == "deny" {
-				err = hostname.CheckDeny(p)
-			}
-			return err
-		})...)
+		if df.Decision != hostpolicy.EntryAllow && df.Decision != hostpolicy.EntryDeny {
+			continue // reported by validate under its key
+		}
+		errs = append(errs, hostpolicy.CheckDomainFile(df.Path, df.Decision)...)
 	}
 	return errs
 }

@@ -61,7 +61,12 @@ type Dialer struct {
 	// AllowLocalBinding reports network.allow_local_binding now.
 	AllowLocalBinding func() bool
 	Resolver          Resolver
-	Meter             *metrics.Metrics
+	// CheckAddr is the policy's dial-time re-check of one address
+	// (hostpolicy.Engine.CheckDialAddr): deny-list address entries, the
+	// local guard with allow-list prefixes, the kill switch. nil: only the
+	// non-public check below.
+	CheckAddr func(netip.Addr) (hostpolicy.Reason, bool)
+	Meter     *metrics.Metrics
 	// Via, when set, is sent on every CONNECT to the parent ("1.1
 	// netproxy-<instance>") so a parent that sends it back is seen as a
 	// loop, like a plain-HTTP request.
@@ -124,11 +129,16 @@ func (d *Dialer) addrs(ctx context.Context, t Target) ([]netip.Addr, error) {
 			return nil, ErrNoAddresses
 		}
 	}
-	if !d.allowLocal() && !t.LocalLiteral {
-		for _, a := range addrs {
-			if hostpolicy.IsNonPublic(a) {
-				return nil, fmt.Errorf("%w %s", ErrNonPublic, a)
+	for _, a := range addrs {
+		if d.CheckAddr != nil {
+			// An exactly allow-listed local literal may be local, never denied.
+			if r, ok := d.CheckAddr(a); !ok && (r != hostpolicy.ReasonNotAllowedLocal || !t.LocalLiteral) {
+				return nil, fmt.Errorf("%w %s (%s)", ErrNonPublic, a, r)
 			}
+			continue
+		}
+		if !d.allowLocal() && !t.LocalLiteral && hostpolicy.IsNonPublic(a) {
+			return nil, fmt.Errorf("%w %s", ErrNonPublic, a)
 		}
 	}
 	if self := d.Self(); self.ContainsAny(addrs, t.Port) {

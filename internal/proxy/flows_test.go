@@ -242,24 +242,20 @@ func BenchmarkReloadRecheck10kTunnels(b *testing.B) {
 	base := "[network]\nmode = \"full\"\n[[network.domain_files]]\npath = \"allow.txt\"\ndecision = \"allow\"\n"
 	os.WriteFile(filepath.Join(dir, "before.toml"), []byte(base), 0o644)
 	os.WriteFile(filepath.Join(dir, "after.toml"), []byte(base+"[[network.domain_files]]\npath = \"deny.txt\"\ndecision = \"deny\"\n"), 0o644)
-	compile := func(name string) *hostpolicy.Policy {
+	compile := func(name string) *hostpolicy.Snapshot {
 		cfg, err := config.Load(filepath.Join(dir, name))
 		if err != nil {
 			b.Fatal(err)
 		}
-		p, err := hostpolicy.Compile(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return p
+		return buildSnapshot(b, cfg)
 	}
-	eng := hostpolicy.NewEngine(compile("before.toml"), nil, "full", nil)
+	eng := hostpolicy.NewEngine(compile("before.toml"), nil)
 	ln := closingListener(b)
 	defer ln.Close()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		eng.Swap(compile("before.toml"), "full")
+		eng.Swap(compile("before.toml"))
 		tr := NewTracker(0, nil)
 		core := &Core{Tracker: tr, Recheck: eng}
 		for j := 0; j < tunnels; j++ {
@@ -268,7 +264,7 @@ func BenchmarkReloadRecheck10kTunnels(b *testing.B) {
 		}
 		b.StartTimer()
 		start := time.Now()
-		eng.Swap(compile("after.toml"), "full")
+		eng.Swap(compile("after.toml"))
 		walk := time.Now()
 		n := core.RecheckOpen()
 		b.ReportMetric(float64(time.Since(start).Microseconds())/1000, "reload+recheck-ms")
@@ -309,7 +305,7 @@ func BenchmarkBindPlainSameTarget(b *testing.B) {
 func TestRecheckWhileServing(t *testing.T) {
 	_, port := upstream(t)
 	s := newStack(t, testPolicy, Limits{}, "")
-	cfgFor := func(deny bool) *hostpolicy.Policy {
+	cfgFor := func(deny bool) *hostpolicy.Snapshot {
 		pol := testPolicy
 		if deny {
 			pol = strings.Replace(pol, `"up.test" = "allow"`, `"up.test" = "deny"`, 1)
@@ -318,11 +314,7 @@ func TestRecheckWhileServing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := hostpolicy.Compile(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
+		return buildSnapshot(t, cfg)
 	}
 	allowP, denyP := cfgFor(false), cfgFor(true)
 	stop := make(chan struct{})
@@ -359,14 +351,14 @@ func TestRecheckWhileServing(t *testing.T) {
 	}
 	for i := 0; i < 40; i++ {
 		if i%2 == 0 {
-			s.engine.Swap(denyP, "full")
+			s.engine.Swap(denyP)
 		} else {
-			s.engine.Swap(allowP, "full")
+			s.engine.Swap(allowP)
 		}
 		s.core.RecheckOpen()
 		time.Sleep(5 * time.Millisecond)
 	}
-	s.engine.Swap(denyP, "full")
+	s.engine.Swap(denyP)
 	s.core.RecheckOpen()
 	// A request bound during the walk re-checks itself as it binds.
 	time.Sleep(50 * time.Millisecond)
@@ -377,4 +369,18 @@ func TestRecheckWhileServing(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// buildSnapshot compiles cfg's policy the way serve does.
+func buildSnapshot(tb testing.TB, cfg *config.Config) *hostpolicy.Snapshot {
+	tb.Helper()
+	o, err := config.PolicyOptions(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	snap, err := hostpolicy.Build(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return snap
 }

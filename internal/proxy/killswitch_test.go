@@ -59,11 +59,15 @@ func (s *stack) setEnabled(t *testing.T, enabled bool) {
 		t.Fatal(err)
 	}
 	cfg.Network.Enabled = enabled
-	pol, err := hostpolicy.Compile(cfg)
+	o, err := config.PolicyOptions(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.engine.Swap(pol, cfg.Network.Mode)
+	pol, err := hostpolicy.Build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.engine.Swap(pol)
 }
 
 // roundTrip sends raw on a fresh connection and reads one response.

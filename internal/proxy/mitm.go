@@ -16,41 +16,29 @@ import (
 )
 
 // hostChecker is what inner-request re-checks need from the engine (a
-// *hostpolicy.Engine): the host chain alone and the current mode.
+// *hostpolicy.Engine): the host chain and the mode guard of one inner
+// request.
 type hostChecker interface {
-	EvaluateHost(ctx context.Context, req hostpolicy.Request) hostpolicy.Decision
-	Mode() string
+	InnerDecision(ctx context.Context, req hostpolicy.Request) hostpolicy.Decision
 }
 
-// mitmPassDetail marks a limited-mode CONNECT that MITM lets through to
-// interception; every inner request is then method-checked.
-const mitmPassDetail = "limited: mitm"
-
-// mitmAdmit turns a CONNECT's mitm_required into an allow when MITM is
-// configured: the host chain already allowed it (mode_guard comes last).
+// mitmAdmit checks the engine's MITM admission (hostpolicy sets Intercept
+// on an allowed limited-mode CONNECT, keeping the decision's own source):
+// without an interceptor, or without a way to re-check inner requests, it
+// fails closed with mitm_required.
 func (c *Core) mitmAdmit(req hostpolicy.Request, d hostpolicy.Decision) hostpolicy.Decision {
-	if c.MITM == nil || req.Protocol != hostpolicy.ProtoHTTPS || req.Method != http.MethodConnect ||
-		d.Reason != hostpolicy.ReasonMITMRequired || d.Source != hostpolicy.SourceModeGuard {
+	if !d.Intercept {
 		return d
 	}
-	if _, ok := c.Engine.(hostChecker); !ok {
-		return d // no way to re-check inner requests: stay blocked
+	if _, ok := c.Engine.(hostChecker); ok && c.MITM != nil {
+		return d
 	}
-	d.Verdict, d.Reason, d.Source = hostpolicy.Allow, hostpolicy.ReasonNone, hostpolicy.SourceBaseline
-	if d.ApprovalID != "" {
-		d.Source = hostpolicy.SourceDecider
-	}
-	if n := len(d.Steps); n > 0 && d.Steps[n-1].Step == "mode" {
-		d.Steps = d.Steps[:n-1]
-	}
-	d.Steps = append(d.Steps, hostpolicy.Step{Step: "mode", Result: "pass", Detail: mitmPassDetail})
+	d.Verdict, d.Reason, d.Source, d.Intercept = hostpolicy.Deny, hostpolicy.ReasonMITMRequired, hostpolicy.SourceModeGuard, false
+	d.Steps = append(d.Steps, hostpolicy.Step{Step: hostpolicy.StepMode, Result: hostpolicy.ResultBlock, Detail: "limited: no interceptor"})
 	return d
 }
 
-func intercepts(d hostpolicy.Decision) bool {
-	n := len(d.Steps)
-	return n > 0 && d.Steps[n-1].Step == "mode" && d.Steps[n-1].Detail == mitmPassDetail
-}
+func intercepts(d hostpolicy.Decision) bool { return d.Intercept }
 
 // decideInner re-checks one intercepted request: the host chain (no
 // decider: the CONNECT already consulted it), then the method under the
@@ -62,16 +50,7 @@ func (c *Core) decideInner(ctx context.Context, req hostpolicy.Request) hostpoli
 	if !ok {
 		d = hostpolicy.Decision{Verdict: hostpolicy.Deny, Reason: hostpolicy.ReasonMITMRequired, Source: hostpolicy.SourceModeGuard}
 	} else {
-		d = hc.EvaluateHost(ctx, req)
-		if d.Allowed() {
-			mode := hc.Mode()
-			if hostpolicy.MethodAllowed(mode, req.Method) {
-				d.Steps = append(d.Steps, hostpolicy.Step{Step: "mode", Result: "pass", Detail: "limited: " + req.Method})
-			} else {
-				d.Verdict, d.Reason, d.Source = hostpolicy.Deny, hostpolicy.ReasonMethodNotAllowed, hostpolicy.SourceModeGuard
-				d.Steps = append(d.Steps, hostpolicy.Step{Step: "mode", Result: "block", Detail: "limited: method_not_allowed"})
-			}
-		}
+		d = hc.InnerDecision(ctx, req)
 	}
 	if d.Host == "" {
 		d.Host = strings.ToLower(req.Host)

@@ -93,17 +93,17 @@ func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackPar
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := hostpolicy.Compile(cfg)
+	o, err := config.PolicyOptions(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := parts.resolver
-	if res == nil {
-		if res, err = hostpolicy.NewResolverFromConfig(cfg); err != nil {
-			t.Fatal(err)
-		}
+	o.Resolver = parts.resolver
+	o.MITM = parts.mitm != nil
+	pol, err := hostpolicy.Build(o)
+	if err != nil {
+		t.Fatal(err)
 	}
-	eng := hostpolicy.NewEngine(pol, res, cfg.Network.Mode, parts.decider)
+	eng := hostpolicy.NewEngine(pol, parts.decider)
 	allowLocal := parts.allowLocal
 	if allowLocal == nil {
 		allowLocal = eng.AllowLocalBinding

@@ -17,13 +17,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/netproxy/netproxy/attribution"
-	"github.com/netproxy/netproxy/execcore/execpolicy"
 	"github.com/netproxy/netproxy/hostpolicy"
 	"github.com/netproxy/netproxy/internal/admin"
 	"github.com/netproxy/netproxy/internal/config"
@@ -63,9 +61,11 @@ type Server struct {
 	logger *slog.Logger
 	meter  *metrics.Metrics
 
-	engine   *hostpolicy.Engine
-	resolver *hostpolicy.ReloadableResolver
-	decider  *deciderSlot
+	engine  *hostpolicy.Engine
+	decider *deciderSlot
+	// mitmOn: an interceptor was built at start ([mitm] enabled); reloads
+	// keep it (a restart changes it).
+	mitmOn   bool
 	registry *attribution.Registry
 	admin    *admin.Server
 	token    string
@@ -109,11 +109,8 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, opts: opts, logger: logger, meter: opts.Metrics, ctlApprv: opts.ApprovalsControl}
 
-	pol, err := compile(cfg)
-	if err != nil {
-		return nil, err
-	}
-	resolver, err := hostpolicy.NewResolverFromConfig(cfg)
+	s.mitmOn = cfg.MITM.Enabled
+	pol, err := loadPolicy(cfg, s.mitmOn)
 	if err != nil {
 		return nil, err
 	}
@@ -123,8 +120,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		s.decider.set(opts.Decider)
 		decider = s.decider
 	}
-	s.resolver = resolver
-	s.engine = hostpolicy.NewEngine(pol, resolver, cfg.Network.Mode, decider)
+	s.engine = hostpolicy.NewEngine(pol, decider)
 	s.recordPatterns(pol)
 	s.required.Store(cfg.Attribution.Required)
 
@@ -173,6 +169,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		Parent:            parent,
 		AllowLocalBinding: s.engine.AllowLocalBinding,
 		Resolver:          s.engine.Resolver(),
+		CheckAddr:         s.engine.CheckDialAddr,
 		Meter:             s.meter,
 	}
 	instance, err := proxy.NewInstanceID()
@@ -233,25 +230,26 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// compile builds the policy from cfg plus the network_rule entries of
-// $NETPROXY_HOME/rules (approved allow_always / deny_always amendments).
-func compile(cfg *config.Config) (*hostpolicy.Policy, error) {
-	var extra []hostpolicy.Entry
-	dir := filepath.Join(config.HomeDir(), "rules")
-	rules, err := execpolicy.LoadDirs(dir)
-	if err != nil {
-		return nil, fmt.Errorf("rules in %s: %w", dir, err)
-	}
-	for _, r := range rules.NetworkRules() {
-		switch r.Decision {
-		case "allow", "deny":
-			extra = append(extra, hostpolicy.Entry{Pattern: r.Host, Decision: r.Decision, Origin: fmt.Sprintf("%s:%d", r.File, r.Line)})
-		}
-	}
-	return hostpolicy.Compile(cfg, extra...)
+// LoadPolicy is the one policy builder of serve, reload and `netproxy
+// check`: cfg's lists, domain files, [dns], mode, kill switch and MITM
+// admission, plus the network_rule()s persisted in $NETPROXY_HOME/rules
+// (approved allow_always / deny_always amendments).
+func LoadPolicy(cfg *config.Config) (*hostpolicy.Snapshot, error) {
+	return loadPolicy(cfg, cfg.MITM.Enabled)
 }
 
-func (s *Server) recordPatterns(p *hostpolicy.Policy) {
+// loadPolicy is LoadPolicy with MITM admission given: a running server
+// admits to interception only when it built an interceptor at start.
+func loadPolicy(cfg *config.Config, mitm bool) (*hostpolicy.Snapshot, error) {
+	o, err := config.PolicyOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	o.MITM = mitm
+	return hostpolicy.Load(o, config.RulesDir())
+}
+
+func (s *Server) recordPatterns(p *hostpolicy.Snapshot) {
 	allow, deny := p.PatternCounts()
 	s.meter.PolicyPatterns("allow", allow)
 	s.meter.PolicyPatterns("deny", deny)
@@ -565,19 +563,14 @@ func (s *Server) reload() error {
 			return err
 		}
 	}
-	pol, err := compile(cfg)
-	if err != nil {
-		return err
-	}
-	// [dns] is policy too: the static answers decide what the local guard
-	// sees, so they change with the lists, never half of them.
-	answers, err := s.resolver.Prepare(cfg)
+	// One snapshot: lists, address entries, [dns] (static answers and
+	// servers), mode, kill switch and MITM admission change in one store.
+	pol, err := loadPolicy(cfg, s.mitmOn)
 	if err != nil {
 		return err
 	}
 	wasEnabled := s.engine.Enabled()
-	s.resolver.Install(answers)
-	s.engine.Swap(pol, cfg.Network.Mode)
+	s.engine.Swap(pol)
 	s.required.Store(cfg.Attribution.Required)
 	s.recordPatterns(pol)
 	switch {
