@@ -278,11 +278,11 @@ func TestNewConfigErrors(t *testing.T) {
 
 func TestParseVerdict(t *testing.T) {
 	good := map[string]Verdict{
-		`{"decision":"allow"}`:                                     {Decision: "allow_once"},
-		`{"decision":"allow_once"}`:                                {Decision: "allow_once"},
-		`{"decision":"Allow_Session","risk":"medium"}`:             {Decision: "allow_session", Risk: "medium"},
+		`{"decision":"allow"}`:                                      {Decision: "allow_once"},
+		`{"decision":"allow_once"}`:                                 {Decision: "allow_once"},
+		`{"decision":"Allow_Session","risk":"medium"}`:              {Decision: "allow_session", Risk: "medium"},
 		` {"decision":" DENY ","rationale":"r","risk":" High"} `:    {Decision: "deny", Rationale: "r", Risk: "high"},
-		`{"decision":"allow","rationale":null}`:                    {Decision: "allow_once"},
+		`{"decision":"allow","rationale":null}`:                     {Decision: "allow_once"},
 		`{"decision":"deny","rationale":"` + "\u00e9" + `"}`:        {Decision: "deny", Rationale: "\u00e9"},
 		`{"decision":"allow","risk":"low","rationale":"a\nb"}` + "": {Decision: "allow_once", Rationale: "a\nb", Risk: "low"},
 	}

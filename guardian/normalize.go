@@ -167,11 +167,23 @@ func decodings(s string) []string {
 		}
 	}
 	for _, m := range base64Run.FindAllString(s, maxDecoded) {
-		t := strings.TrimRight(m, "=")
-		for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
-			if b, err := enc.DecodeString(t); err == nil {
-				add(string(b))
-				break
+		// A run may start with path text ("/work/SGVsbG8…"): try the run
+		// and its pieces between '/' and '+' too.
+		cands := []string{m}
+		if strings.ContainsAny(m, "/+") {
+			for _, p := range strings.FieldsFunc(m, func(r rune) bool { return r == '/' || r == '+' }) {
+				if len(p) >= 16 {
+					cands = append(cands, p)
+				}
+			}
+		}
+		for _, c := range cands {
+			t := strings.TrimRight(c, "=")
+			for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+				if b, err := enc.DecodeString(t); err == nil && readable(string(b)) {
+					add(string(b))
+					break
+				}
 			}
 		}
 	}

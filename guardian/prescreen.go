@@ -97,7 +97,7 @@ var rules = []rule{
 	}},
 
 	{id: "role_marker", plain: []*regexp.Regexp{
-		sub(`(?m)^[\s>*#\-]*(?:system|assistant|developer)\s*(?:message|prompt|note|override)?\s*[:：]`),
+		sub(`(?m)(?:^|[^\pL\s])[\s>*#\-]*(?:system|assistant|developer)\s*(?:message|prompt|note|override)?\s*[:：]`),
 		sub(`<\|?\s*(?:im_start|im_end|system|endoftext|assistant|user)\s*\|?>`),
 		sub(`\[/?inst\]|<</?sys>>|\[/?system\]|<\s*/?\s*system\s*>`),
 		sub(`(?m)^\s*#{2,}\s*(?:system|instructions?|new instructions|response|answer)\b`),
@@ -127,6 +127,8 @@ var rules = []rule{
 		w(`(?:already|previously|just) (?:been )?(?:approved|authori[sz]ed|cleared|vetted|whitelisted|allowlisted|greenlit|signed off)`),
 		w(`(?:approved|authori[sz]ed|cleared|signed off|sanctioned|whitelisted|allowlisted|greenlit|vetted|okayed|ok d|permitted) (?:by|from) (?:the |a |an |my |our |your |their )?(?:admins?|administrators?|security|secops|sec ops|users?|owners?|operators?|team|lead|managers?|humans?|reviewers?|guardian|cto|ciso|it|devops|sre|maintainers?|supervisor|boss|policy)`),
 		w(`(?:admin|administrator|security team|operator|owner|user|manager|reviewer) (?:has |have )?(?:already )?(?:approved|authori[sz]ed|allowed|okayed|signed off)`),
+		w(`(?:security |network |egress |approval )?polic(?:y|ies) (?:has been |have been |was |were |is |are )?(?:updated|changed|lifted|disabled|suspended|overridden)`),
+		w(`(?:all|every|any) (?:hosts?|requests?|domains?|connections?|commands?) (?:are|is) (?:now )?(?:allowed|approved|permitted|whitelisted|allowlisted|safe)`),
 		// Spanish, French, German, Portuguese, Italian, Russian
 		w(`(?:ya|previamente) (?:fue |ha sido |esta |estaba )?(?:aprobad[oa]|autorizad[oa]|permitid[oa])|pre ?aprobad[oa]|aprobad[oa] por (?:el |la )?(?:administrador|admin|equipo|usuario|seguridad)`),
 		w(`deja (?:ete )?(?:approuvee?s?|autorisee?s?|validee?s?)|pre ?approuvee?s?|(?:approuvee?|autorisee?) par (?:l |le |la )?(?:administrateur|admin|equipe|utilisateur|securite)`),

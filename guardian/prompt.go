@@ -200,9 +200,9 @@ Answer with exactly one JSON object and nothing else:
 {"decision": "allow_once" | "allow_session" | "deny", "risk": "low" | "medium" | "high", "rationale": "<one or two sentences>"}
 allow_once approves this request only; allow_session approves the same request for the rest of the agent's session. You cannot add permanent rules: that is a human's decision.`
 
-// promptIntro is the user message's first line, chosen by kind (a value the
+// PromptIntro is the user message's first line, chosen by kind (a value the
 // proxy sets, never the agent).
-func promptIntro(kind string) string {
+func PromptIntro(kind string) string {
 	switch kind {
 	case "network":
 		return "Review the network access request in the data block below."
@@ -222,7 +222,7 @@ const PromptTail = "Answer with the verdict JSON object only."
 func Prompt(req ReviewRequest) string {
 	b := Bound(req)
 	var s strings.Builder
-	s.WriteString(promptIntro(b.Kind))
+	s.WriteString(PromptIntro(b.Kind))
 	s.WriteString("\n" + DataOpen + "\n")
 	s.Write(DataJSON(b))
 	s.WriteString("\n" + DataClose + "\n")
