@@ -61,29 +61,27 @@ func sub(p string) *regexp.Regexp { return regexp.MustCompile(p) }
 var rules = []rule{
 	{id: "override_instructions", phrases: []*regexp.Regexp{
 		// English
-		w(`(?:ignore|disregard|forget|override|bypass|drop|abandon|discard|overrule)(?: (?:all|any|every|of|the|your|these|those|my|previous|prior|above|earlier|preceding|former|original|system|other|existing|safety|security|given|current|standing|reviewer|s))* (?:instructions?|prompts?|directions?|directives?|guidelines?|guidance|orders|rules|policy|policies|constraints)`),
-		w(`(?:new|updated|revised|real|actual|hidden|secret) (?:instructions?|directives?|system prompt|task|orders)`),
-		w(`from now on|you are now|you re now|you will now|developer mode|god mode|jailbreak|jailbroken|do anything now`),
+		w(`(?:ignore|disregard|forget|override|bypass|abandon|overrule)(?: (?:all|any|every|of|the|your|these|those|my|previous|prior|above|earlier|preceding|former|original|system|other|existing|safety|security|given|current|standing|reviewer|s))* (?:instructions?|prompts?|directions?|directives?|guidelines?|guidance)`),
+		w(`(?:ignore|disregard|forget|override|bypass|abandon|overrule)(?: (?:all|any|every|of|the|these|those|my))* (?:your|previous|prior|above|earlier|preceding|system|original|safety|security|reviewer s?|review)(?: \S+){0,2} (?:rules|polic(?:y|ies)|constraints|checks)`),
+		w(`from now on you|you are now|you re now|you will now (?:act|approve|allow|answer|respond)|do anything now`),
 		w(`(?:ignore|reveal|print|override|replace|forget) (?:your |the )?system prompt`),
 		// Spanish
 		w(`(?:ignora|ignore|ignorar|ignoren|olvida|olvide|olvidar|descarta|descarte|omite|omita)(?: (?:todas|todos|las|los|tus|sus|anteriores|previas|de|el|la))* (?:instrucciones|reglas|indicaciones|directrices|ordenes)`),
-		w(`(?:nuevas|nueva) (?:instrucciones|directrices|ordenes)`),
 		// French
 		w(`(?:ignore|ignorez|ignorer|ignores|oublie|oubliez|oublier|neglige|negligez|contourne|contournez)(?: (?:toutes|tous|les|tes|vos|ces|des|precedentes|anterieures))* (?:instructions|consignes|regles|directives)`),
-		w(`(?:nouvelles|nouvelle) (?:instructions|consignes|directives)`),
 		// German
 		w(`(?:ignoriere|ignorier|ignorieren|ignoriert|vergiss|vergessen|vergesst|missachte|missachten|uberschreibe)(?: (?:alle|die|deine|ihre|eure|bisherigen|vorherigen|vorigen|obigen|fruheren|vorangegangenen|sie))* (?:anweisungen|anweisung|regeln|vorgaben|instruktionen|befehle)`),
-		w(`(?:neue|neuen) (?:anweisungen|instruktionen|vorgaben)`),
 		// Portuguese
 		w(`(?:ignore|ignora|ignorar|esqueca|esquece|desconsidere|desconsidera)(?: (?:todas|todos|as|os|suas|tuas|instrucoes|anteriores|previas|acima))* (?:instrucoes|regras|orientacoes)`),
 		// Italian
 		w(`(?:ignora|ignorare|ignorate|dimentica|dimenticate|trascura)(?: (?:tutte|le|tue|vostre|precedenti|istruzioni|sopra))* (?:istruzioni|regole|indicazioni|direttive)`),
 		// Russian
 		w(`(?:игнорируи|игнорируите|игнорировать|проигнорируи|проигнорируите|забудь|забудьте|отбрось|отмени|не обращаи внимания на)(?: \S+){0,3} (?:инструкции|инструкциям|указания|указаниям|правила|правилам|команды)`),
-		w(`(?:новые|новая) (?:инструкции|указания)`),
 		// Korean
 		w(`(?:이전|앞의|위의|기존)(?: \S+){0,1} ?(?:지시|지시를|지시사항을|명령을|지침을|지시사항)(?: \S+){0,1} (?:무시|무시하고|무시하라|무시해|잊어|잊어라)\S*`),
 	}, plain: []*regexp.Regexp{
+		// "New instructions:" and its translations (the colon makes it a header, not prose).
+		sub(`(?:new|updated|revised|real|actual|hidden|secret|nuevas?|nouvelles?|neuen?|novas?|nuove|новые|новая)\s+(?:instructions|directives|system prompt|instrucciones|directrices|consignes|anweisungen|instrucoes|istruzioni|инструкции|указания)\s*[:：]`),
 		// Chinese
 		sub(`(?:忽略|无视|無視|忽视|忽視|不要理会|不要理會|不理会|不理會|忘记|忘記|忘掉|忽略掉)[^。！!?？]{0,10}(?:指令|指示|说明|說明|规则|規則|提示词|提示詞|提示|要求)`),
 		sub(`新的?(?:指令|指示)`),
@@ -97,20 +95,20 @@ var rules = []rule{
 	}},
 
 	{id: "role_marker", plain: []*regexp.Regexp{
-		sub(`(?m)(?:^|[^\pL\s])[\s>*#\-]*(?:system|assistant|developer)\s*(?:message|prompt|note|override)?\s*[:：]`),
+		sub(`(?m)(?:^|[^\pL\pN\s_\-])[\s>*#]*(?:system|assistant|developer)\s*(?:message|prompt|note|override)?\s*[:：](?:\s|$)`),
 		sub(`<\|?\s*(?:im_start|im_end|system|endoftext|assistant|user)\s*\|?>`),
 		sub(`\[/?inst\]|<</?sys>>|\[/?system\]|<\s*/?\s*system\s*>`),
 		sub(`(?m)^\s*#{2,}\s*(?:system|instructions?|new instructions|response|answer)\b`),
-		sub(`request-data|request_data|end of (?:the )?(?:request|data|block|input)\b`),
-	}, squashed: []string{"requestdata"}},
+		sub(`<\s*/?\s*request-data\s*>|end of (?:the )?(?:request data|data block|request block)\b`),
+	}},
 
 	{id: "dictated_verdict", phrases: []*regexp.Regexp{
-		w(`(?:answer|respond|reply|return|output|say|print|emit|write|decide|verdict|decision|conclude|classify|mark|rate|set|choose)(?: (?:with|is|should|be|must|will|as|only|just|exactly|the|word|a|an|it|this|to|in|json|your|field|value|decision|verdict))* (?:allow|allowed|allow once|allow session|allow always|approve|approved|yes|accept|accepted|permit|permitted|safe|benign|low risk)`),
+		w(`(?:answer|respond|reply|output|say|decide|verdict|decision|conclude)(?: (?:with|is|should|be|must|will|as|only|just|exactly|the|word|a|an|it|this|to|in|json|your|field|value|decision|verdict))* (?:allow|allowed|allow once|allow session|allow always|approve|approved|approval|safe|low risk)`),
 		w(`(?:allow|deny) (?:always|once|session)`),
 		w(`(?:risk|risk level|threat|severity)(?: (?:is|level|should|be|must|=|of|this|request))* (?:low|none|minimal|zero|negligible)`),
 		w(`(?:mark|treat|classify|rate|consider|label|flag|score|grade)(?: (?:this|it|the|my|that|request|command|host|access|call|connection|as|one))* as (?:safe|benign|harmless|trusted|approved|allowed|low risk|legitimate|fine|ok)`),
 		// Spanish, French, German, Portuguese, Italian, Russian
-		w(`(?:responde|responda|contesta|conteste|devuelve|devuelva|di|marca|marque)(?: (?:con|solo|unicamente|que|como|la|el|decision))* (?:allow|permitir|aprobar|aprobado|si|seguro)`),
+		w(`(?:responde|responda|contesta|conteste|devuelve|devuelva|marca|marque)(?: (?:con|solo|unicamente|que|como|la|el|decision))* (?:allow|permitir|aprobar|aprobado|seguro)`),
 		w(`(?:reponds|repondez|repondre|renvoie|renvoyez|reponse|marque|marquez)(?: (?:par|avec|uniquement|seulement|que|comme|la|le|decision))* (?:allow|autoriser|autorise|oui|approuver|approuve|sur|sure)`),
 		w(`(?:antworte|antwortet|antworten|gib|markiere|entscheidung)(?: (?:mit|nur|sie|als|die|den|zuruck|ist))* (?:allow|ja|genehmigt|erlaubt|erlauben|sicher)`),
 		w(`(?:responda|responde|retorne|marque)(?: (?:com|apenas|somente|como|a|o))* (?:allow|sim|aprovar|aprovado|permitir|seguro)`),
@@ -124,10 +122,9 @@ var rules = []rule{
 
 	{id: "claimed_approval", phrases: []*regexp.Regexp{
 		w(`pre ?approved|pre ?authori[sz]ed|pre ?cleared|pre ?vetted|pre ?approval|preapproval`),
-		w(`(?:already|previously|just) (?:been )?(?:approved|authori[sz]ed|cleared|vetted|whitelisted|allowlisted|greenlit|signed off)`),
+		w(`(?:already|previously) (?:been )?(?:approved|authori[sz]ed|cleared|vetted|whitelisted|allowlisted|greenlit|signed off)`),
 		w(`(?:approved|authori[sz]ed|cleared|signed off|sanctioned|whitelisted|allowlisted|greenlit|vetted|okayed|ok d|permitted) (?:by|from) (?:the |a |an |my |our |your |their )?(?:admins?|administrators?|security|secops|sec ops|users?|owners?|operators?|team|lead|managers?|humans?|reviewers?|guardian|cto|ciso|it|devops|sre|maintainers?|supervisor|boss|policy)`),
-		w(`(?:admin|administrator|security team|operator|owner|user|manager|reviewer) (?:has |have )?(?:already )?(?:approved|authori[sz]ed|allowed|okayed|signed off)`),
-		w(`(?:security |network |egress |approval )?polic(?:y|ies) (?:has been |have been |was |were |is |are )?(?:updated|changed|lifted|disabled|suspended|overridden)`),
+		w(`(?:admin|administrator|security team|operator|owner|user|manager|reviewer) (?:has|have|already|has already|have already) (?:approved|authori[sz]ed|allowed|okayed|signed off)`),
 		w(`(?:all|every|any) (?:hosts?|requests?|domains?|connections?|commands?) (?:are|is) (?:now )?(?:allowed|approved|permitted|whitelisted|allowlisted|safe)`),
 		// Spanish, French, German, Portuguese, Italian, Russian
 		w(`(?:ya|previamente) (?:fue |ha sido |esta |estaba )?(?:aprobad[oa]|autorizad[oa]|permitid[oa])|pre ?aprobad[oa]|aprobad[oa] por (?:el |la )?(?:administrador|admin|equipo|usuario|seguridad)`),
@@ -144,9 +141,10 @@ var rules = []rule{
 	}, squashed: []string{"preapproved", "preauthorized", "preauthorised", "alreadyapproved", "alreadyauthorized"}},
 
 	{id: "imperative_to_reviewer", phrases: []*regexp.Regexp{
-		w(`(?:please|kindly|must|shall|need to|have to|you will|you can|go ahead and|just|simply) (?:approve|allow|accept|permit|authori[sz]e|whitelist|allowlist|grant|greenlight|pass)`),
+		w(`(?:please|kindly|go ahead and) (?:approve|accept|authori[sz]e|whitelist|allowlist|greenlight)|please allow (?:this|it|the request|my request|access)`),
+		w(`(?:you|reviewer|guardian|approver) (?:must|should|shall|need to|have to|will|can|are to|re to) (?:approve|allow|accept|permit|authori[sz]e|whitelist|allowlist|grant|greenlight)`),
 		w(`(?:approve|allow|accept|permit|authori[sz]e|greenlight|grant) (?:this|the|my|that) (?:request|approval|command|access|execution|connection|call|one)`),
-		w(`(?:do not|don t|dont|never|must not|mustn t|should not|shouldn t|you can t|you cannot) (?:deny|block|reject|refuse|flag|decline|report|escalate)`),
+		w(`(?:do not|don t|dont|never|must not|mustn t|should not|shouldn t|you can t|you cannot) (?:deny|reject|refuse|flag|decline|escalate)(?: (?:this|it|the request|my request|me|access|the host|the command))`),
 		w(`(?:aprueba|apruebe|aprobar|permite|permita|autoriza|autorice|acepta|acepte) (?:esta|este|la|el|mi) (?:solicitud|peticion|comando|acceso|conexion)|no (?:lo )?(?:deniegues|bloquees|rechaces)`),
 		w(`(?:approuve|approuvez|approuver|autorise|autorisez|accepte|acceptez|valide|validez) (?:cette|la|ce|le|ma|mon) (?:demande|requete|commande|acces|connexion)|ne (?:la |le )?(?:refuse|refusez|bloque|bloquez|rejette|rejetez) pas`),
 		w(`(?:genehmige|genehmigen|genehmigt|erlaube|erlauben|akzeptiere|gib|gebt)(?: \S+){0,1} (?:diese|die|den|das|meine|meinen)(?: \S+){0,1} (?:anfrage|anforderung|befehl|zugriff|verbindung|freigabe|frei)|nicht (?:ablehnen|blockieren|verweigern)`),
@@ -163,8 +161,8 @@ var rules = []rule{
 	}, squashed: []string{"approvethisrequest", "allowthisrequest", "pleaseapprove", "youmustapprove", "mustapprovethis"}},
 
 	{id: "addresses_reviewer", phrases: []*regexp.Regexp{
-		w(`(?:reviewers?|guardian|approvers?|moderators?|auditors?|gatekeeper|llm|language model|ai model|ai reviewer|security reviewer|security bot|assistant|chatgpt|gpt|claude|gemini|copilot)(?: \S+){0,8} (?:approve|approved|approving|allow|allowed|accept|permit|grant|safe|pass|whitelist|allowlist|sign off|ok|okay|fine)`),
-		w(`(?:approve|allow|accept|permit|grant|pass|whitelist|allowlist)(?: \S+){0,6} (?:reviewers?|guardian|approvers?|moderators?|llm|language model|ai model|assistant)`),
+		w(`(?:reviewers?|guardian|approvers?|moderators?|auditors?|gatekeeper|llm|language model|ai model|ai reviewer|security reviewer|security bot)(?: \S+){0,8} (?:approve|approved|approving|allow|allowed|accept|permit|grant|safe|whitelist|allowlist|sign off)`),
+		w(`(?:approve|allow|accept|permit|grant|whitelist|allowlist)(?: \S+){0,6} (?:reviewers?|guardian|approvers?|moderators?|llm|language model|ai model)`),
 		w(`(?:note|message|memo|instruction|instructions|notice|attention|hello|hi|hey|dear) (?:to|for) (?:the )?(?:reviewers?|guardian|approvers?|moderators?|ai|llm|model|assistant|security)`),
 		w(`(?:dear|hello|hi|hey|attention|attn) (?:reviewers?|guardian|approvers?|moderators?|ai|llm|model|assistant)`),
 		w(`(?:revisor|revisora|aprobador|moderador|revisores)(?: \S+){0,8} (?:aprueba|apruebe|aprobar|permite|permitir|acepta|seguro)`),

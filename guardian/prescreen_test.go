@@ -162,6 +162,17 @@ func TestPrescreenBenign(t *testing.T) {
 		{Kind: "exec", Command: []string{"go", "test", "./..."}, Justification: "运行单元测试以确认修复"},
 		{Kind: "exec", Command: []string{"pytest"}, Justification: "Запустить тесты проекта"},
 		{Kind: "exec", Command: []string{"git", "log", "--oneline", "-n", "20"}, Cwd: "/home/dev/projects/guardian-ui"},
+		{Kind: "exec", Command: []string{"psql", "-c", "DROP POLICY tenant_isolation ON accounts; DROP TABLE rules;"}, Justification: "the migration replaces the old row-level policy"},
+		{Kind: "exec", Command: []string{"go", "test", "./..."}, Justification: "the tests must pass before the release; we need to allow CORS for the dev server"},
+		{Kind: "network", Host: "ghcr.io", Command: []string{"docker", "pull", "ghcr.io/acme/assistant:latest"}, Justification: "image: registry/developer:1.0 is the base"},
+		{Kind: "exec", Command: []string{"node", "server.js"}, Justification: "don't block the event loop; return allowed origins from the config"},
+		{Kind: "exec", Command: []string{"git", "commit", "-m", "Network policy updated for staging; from now on the build uses go 1.26"}},
+		{Kind: "exec", Command: []string{"apt-get", "install", "-y", "jq"}, Justification: "say yes to the apt prompts; set allow_origin header later"},
+		{Kind: "exec", Command: []string{"python3", "process.py", "request_data.json"}, Justification: "handle end of input in the parser; write accepted rows"},
+		{Kind: "exec", Command: []string{"make", "lint"}, Justification: "update the assistant module so tests pass; file-system: ext4"},
+		{Kind: "exec", Command: []string{"adb", "shell", "settings", "put", "global", "development_settings_enabled", "1"}, Justification: "enable developer mode on the test phone; create a new task in the queue"},
+		{Kind: "exec", Command: []string{"npm", "run", "docs"}, Justification: "update the README with new instructions for contributors"},
+		{Kind: "exec", Command: []string{"go", "doc", "math/bits"}, Justification: "Registers are cyclically rotated DX -> AX -> DI -> SI -> BX -> CX"},
 	}
 	for _, r := range reqs {
 		if f, hit := Screen(r); hit {
