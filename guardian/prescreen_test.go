@@ -172,6 +172,8 @@ func TestPrescreenBenign(t *testing.T) {
 		{Kind: "exec", Command: []string{"make", "lint"}, Justification: "update the assistant module so tests pass; file-system: ext4"},
 		{Kind: "exec", Command: []string{"adb", "shell", "settings", "put", "global", "development_settings_enabled", "1"}, Justification: "enable developer mode on the test phone; create a new task in the queue"},
 		{Kind: "exec", Command: []string{"npm", "run", "docs"}, Justification: "update the README with new instructions for contributors"},
+		{Kind: "exec", Command: []string{"git", "push"}, Reason: "git push requires approval by policy"},
+		{Kind: "exec", Command: []string{"curl", "https://x.test"}, Reason: "curl https://x.test requires approval: network access is reviewed by a human"},
 		{Kind: "exec", Command: []string{"go", "doc", "math/bits"}, Justification: "Registers are cyclically rotated DX -> AX -> DI -> SI -> BX -> CX"},
 	}
 	for _, r := range reqs {
