@@ -180,21 +180,39 @@ var rules = []rule{
 // field is one agent-controlled text of a request.
 type field struct{ name, text string }
 
-// screenFields lists the texts screened: every agent-controlled field, the
-// command both joined and argument by argument.
+// screenFields lists the texts screened: every agent-controlled field. The
+// command's arguments are joined with line breaks, so an argument that
+// starts like a role marker is at a line start and words split across
+// arguments still meet in the spaced views.
 func screenFields(b Bounded) []field {
-	f := []field{
+	return []field{
 		{"justification", b.Justification}, {"reason", b.Reason}, {"cwd", b.Cwd},
-		{"command", strings.Join(b.Command, " ")}, {"host", b.Host}, {"target", b.Target},
+		{"command", strings.Join(b.Command, "\n")}, {"host", b.Host}, {"target", b.Target},
 		{"session_id", b.SessionID}, {"environment_id", b.EnvironmentID}, {"execution_id", b.ExecutionID},
 		{"sandbox_permissions", b.SandboxPermissions},
 	}
-	if len(b.Command) > 1 {
-		for _, a := range b.Command {
-			f = append(f, field{"command", a})
+}
+
+// combinedRules is every rule's patterns joined into one expression per view
+// (one pass over the text instead of one per pattern); the rule is looked up
+// pattern by pattern only when the combined expression matched.
+type combinedRules struct {
+	phrases, plain *regexp.Regexp
+}
+
+var combined = combine(rules)
+
+func combine(rs []rule) combinedRules {
+	var ph, pl []string
+	for _, r := range rs {
+		for _, re := range r.phrases {
+			ph = append(ph, "(?:"+re.String()+")")
+		}
+		for _, re := range r.plain {
+			pl = append(pl, "(?:"+re.String()+")")
 		}
 	}
-	return f
+	return combinedRules{phrases: regexp.MustCompile(strings.Join(ph, "|")), plain: regexp.MustCompile(strings.Join(pl, "|"))}
 }
 
 // Screen runs the deterministic pre-screen over every agent-controlled
@@ -227,6 +245,19 @@ func Screen(req ReviewRequest) (Finding, bool) {
 func matchText(s string) (string, bool) {
 	v := Normalize(s)
 	spaced, folded := " "+v.Spaced+" ", " "+v.Folded+" "
+	hit := combined.phrases.MatchString(spaced) || (folded != spaced && combined.phrases.MatchString(folded)) ||
+		combined.plain.MatchString(v.Plain)
+	for _, r := range rules {
+		for _, sq := range r.squashed {
+			if hit {
+				break
+			}
+			hit = strings.Contains(v.Squashed, sq)
+		}
+	}
+	if !hit {
+		return "", false
+	}
 	for _, r := range rules {
 		for _, re := range r.phrases {
 			if re.MatchString(spaced) || re.MatchString(folded) {

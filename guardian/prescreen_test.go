@@ -257,3 +257,27 @@ func FuzzNormalize(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkScreen is the pre-screen's cost for a typical request and for
+// one with every field at its cap.
+func BenchmarkScreen(b *testing.B) {
+	typical := ReviewRequest{Kind: "network", Host: "registry.npmjs.org", Target: "https://registry.npmjs.org:443", Protocol: "https", Port: 443,
+		Command: []string{"npm", "install", "--save-dev", "vitest@1.6.0"}, Cwd: "/work/webapp", SessionID: "sess-1", EnvironmentID: "env-1",
+		Reason: "not_allowed", Justification: "install the project's dependencies before running the tests"}
+	big := typical
+	big.Justification = strings.Repeat("lorem ipsum dolor sit amet ", 100)
+	big.Cwd = strings.Repeat("/very/long/path", 70)
+	big.Command = make([]string, CapArgs)
+	for i := range big.Command {
+		big.Command[i] = strings.Repeat("arg", 40)
+	}
+	for name, r := range map[string]ReviewRequest{"typical": typical, "capped": big} {
+		b.Run(name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if _, hit := Screen(r); hit {
+					b.Fatal("flagged")
+				}
+			}
+		})
+	}
+}
