@@ -106,9 +106,11 @@ type WebhookPayload struct {
 	UntrustedFields []string `json:"untrusted_fields"`
 }
 
-// UntrustedFields are the request fields whose text the agent under review
-// wrote or influenced.
-var UntrustedFields = []string{"session_id", "environment_id", "execution_id", "host", "target", "command", "cwd", "sandbox_permissions", "reason", "justification"}
+// UntrustedFields returns the request fields whose text the agent under
+// review wrote or influenced (a fresh slice each call).
+func UntrustedFields() []string {
+	return []string{"session_id", "environment_id", "execution_id", "host", "target", "command", "cwd", "sandbox_permissions", "reason", "justification"}
+}
 
 // NewWebhookPayload bounds req and wraps it.
 func NewWebhookPayload(req ReviewRequest) WebhookPayload {
@@ -120,7 +122,7 @@ func NewWebhookPayload(req ReviewRequest) WebhookPayload {
 	if b.Command == nil {
 		b.Command = []string{}
 	}
-	return WebhookPayload{Schema: WebhookSchema, ReviewRequest: b.ReviewRequest, Truncated: tr, UntrustedFields: append([]string(nil), UntrustedFields...)}
+	return WebhookPayload{Schema: WebhookSchema, ReviewRequest: b.ReviewRequest, Truncated: tr, UntrustedFields: UntrustedFields()}
 }
 
 // Webhook POSTs a WebhookPayload and expects exactly one verdict object
