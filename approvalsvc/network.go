@@ -201,6 +201,9 @@ func (s *Service) review(ctx context.Context, a Approval, policy ApprovalPolicy,
 		r.reviewer, r.rationale, r.risk = byGuardian, v.Rationale, v.Risk
 		if v.Allowed() {
 			r.allow, r.outcome = true, OutcomeAllowOnce
+			if v.Decision == guardian.DecisionAllowSession {
+				r.outcome = OutcomeAllowSession
+			}
 		} else {
 			r.outcome = OutcomeDeny
 			if r.rationale == "" {

@@ -1,17 +1,23 @@
 // Package guardian owns the automated reviewer of approval requests (SPEC §5):
 // one Reviewer interface and three backends — a Starlark script, an HTTP
-// webhook and an OpenAI-compatible chat-completions endpoint — plus the strict
-// parsing of their verdicts.
+// webhook and an OpenAI-compatible chat-completions endpoint — plus the
+// deterministic pre-screen that runs before any of them, the length caps and
+// escaping of the agent-controlled fields they see, and the strict parsing of
+// their verdicts (docs/guardian.md has the threat model).
 //
 // It must never turn an error, a timeout or an unparsable answer into an
 // allow: every such path returns an error, which the approval service records
-// as a denial. It never sends or logs a proxy token or an admin token, and it
-// dials its endpoints directly (never through the proxy or *_PROXY variables).
+// as a denial. It never answers allow_always or deny_always (amendments stay
+// with humans), never puts agent-controlled text into a prompt outside the
+// escaped data block, never sends or logs a proxy token or an admin token,
+// and it dials its endpoints directly (never through the proxy or *_PROXY
+// variables).
 package guardian
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,10 +26,23 @@ import (
 	"github.com/netproxy/netproxy/internal/config"
 )
 
-// Decision values of a Verdict.
+// Decision values of a Verdict. A Guardian can approve one request or the
+// same request for the rest of the session; it can never amend the policy
+// (allow_always / deny_always are a human's).
 const (
+	DecisionAllowOnce    = "allow_once"
+	DecisionAllowSession = "allow_session"
+	DecisionDeny         = "deny"
+	// DecisionAllow is accepted from backends as a synonym of allow_once
+	// (the answer format before allow_session existed).
 	DecisionAllow = "allow"
-	DecisionDeny  = "deny"
+)
+
+// Risk values of a Verdict.
+const (
+	RiskLow    = "low"
+	RiskMedium = "medium"
+	RiskHigh   = "high"
 )
 
 // ReviewRequest is what the reviewer judges: a network access or an exec
@@ -53,13 +72,35 @@ type ReviewRequest struct {
 
 // Verdict is a reviewer's answer.
 type Verdict struct {
-	Decision  string `json:"decision"` // "allow" | "deny"
+	Decision  string `json:"decision"` // allow_once | allow_session | deny
 	Rationale string `json:"rationale,omitempty"`
-	Risk      string `json:"risk,omitempty"`
+	Risk      string `json:"risk,omitempty"` // "" | low | medium | high
+
+	// Set by this package, never read from a backend's answer:
+	// Screened is true when the pre-screen decided and no backend was asked;
+	// Finding says which field and rule. Usage is the token count the backend
+	// reported (zero when it reports none).
+	Screened bool    `json:"-"`
+	Finding  Finding `json:"-"`
+	Usage    Usage   `json:"-"`
 }
 
-// Allowed reports whether the verdict lets the request proceed.
-func (v Verdict) Allowed() bool { return v.Decision == DecisionAllow }
+// Usage is the token count a chat-completions backend reported for a review.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+}
+
+// Allowed reports whether the verdict lets the request proceed: allow_once
+// or allow_session (or the legacy "allow"). Anything else — including
+// allow_always from a reviewer that bypassed the parser — is not an allow.
+func (v Verdict) Allowed() bool {
+	switch v.Decision {
+	case DecisionAllowOnce, DecisionAllowSession, DecisionAllow:
+		return true
+	}
+	return false
+}
 
 // Reviewer judges one request. An error means "no verdict": callers deny.
 // Implementations must honour ctx (timeouts and aborts).
@@ -70,10 +111,28 @@ type Reviewer interface {
 // DefaultTimeout bounds one review when the config gives none.
 const DefaultTimeout = 10 * time.Second
 
-// New builds the reviewer named by cfg.Backend. baseDir resolves a relative
-// script path (the config file's folder); getenv reads the API key variable.
-// A misconfigured backend is an error naming the key to fix.
-func New(cfg config.Guardian, baseDir string, getenv func(string) string) (Reviewer, error) {
+// Deps are what a Guardian reports to: the pre-screen counter and the
+// logger. Both may be nil.
+type Deps struct {
+	Prescreen PrescreenCounter
+	Logger    *slog.Logger
+}
+
+// New builds the reviewer named by cfg.Backend behind the pre-screen (every
+// request is screened before the backend sees it). baseDir resolves a
+// relative script path (the config file's folder); getenv reads the API key
+// variable. A misconfigured backend is an error naming the key to fix.
+func New(cfg config.Guardian, baseDir string, getenv func(string) string, deps Deps) (Reviewer, error) {
+	backend, err := NewBackend(cfg, baseDir, getenv)
+	if err != nil {
+		return nil, err
+	}
+	return WithPrescreen(backend, deps), nil
+}
+
+// NewBackend builds the backend named by cfg.Backend without the pre-screen
+// (the evaluation harness wraps it itself).
+func NewBackend(cfg config.Guardian, baseDir string, getenv func(string) string) (Reviewer, error) {
 	timeout := cfg.Timeout.Duration
 	if timeout <= 0 {
 		timeout = DefaultTimeout

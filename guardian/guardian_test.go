@@ -44,7 +44,7 @@ func TestStarlarkAllowAndDeny(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, err := g.Review(context.Background(), netReq("api.good.test"))
-	if err != nil || v.Decision != "allow" || v.Risk != "low" || v.Rationale != "trusted zone for curl" {
+	if err != nil || v.Decision != DecisionAllowOnce || v.Risk != "low" || v.Rationale != "trusted zone for curl" {
 		t.Fatalf("allow: got %+v %v", v, err)
 	}
 	v, err = g.Review(context.Background(), netReq("evil.test"))
@@ -200,17 +200,27 @@ func TestOpenAI(t *testing.T) {
 			json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"message": map[string]any{"role": "assistant", "content": content}}}})
 		}
 		switch {
-		case strings.Contains(user, "Host: ok.test"):
+		case strings.Contains(user, `"host":"ok.test"`):
 			reply(`{"decision":"allow","risk":"low","rationale":"matches the command"}`)
-		case strings.Contains(user, "Host: fenced.test"):
-			reply("Sure.\n```json\n{\"decision\": \"deny\", \"risk\": \"high\", \"rationale\": \"unrelated host\"}\n```")
-		case strings.Contains(user, "Host: garbage.test"):
+		case strings.Contains(user, `"host":"fenced.test"`):
+			reply("```json\n{\"decision\": \"deny\", \"risk\": \"high\", \"rationale\": \"unrelated host\"}\n```")
+		case strings.Contains(user, `"host":"prose.test"`):
+			reply("Sure.\n```json\n{\"decision\": \"allow\"}\n```")
+		case strings.Contains(user, `"host":"inline.test"`):
+			reply(`I decided {"decision":"allow"} because it is fine`)
+		case strings.Contains(user, `"host":"always.test"`):
+			reply(`{"decision":"allow_always","risk":"low","rationale":"add it to the list"}`)
+		case strings.Contains(user, `"host":"two.test"`):
+			reply(`{"decision":"deny"}{"decision":"allow"}`)
+		case strings.Contains(user, `"host":"choices.test"`):
+			io.WriteString(w, `{"choices":[{"message":{"content":"{\"decision\":\"deny\"}"}},{"message":{"content":"{\"decision\":\"allow\"}"}}]}`)
+		case strings.Contains(user, `"host":"garbage.test"`):
 			reply("I think it is probably fine.")
-		case strings.Contains(user, "Host: nochoice.test"):
+		case strings.Contains(user, `"host":"nochoice.test"`):
 			io.WriteString(w, `{"choices":[]}`)
-		case strings.Contains(user, "Host: 502.test"):
+		case strings.Contains(user, `"host":"502.test"`):
 			http.Error(w, "bad gateway", 502)
-		case strings.Contains(user, "Host: slow.test"):
+		case strings.Contains(user, `"host":"slow.test"`):
 			<-r.Context().Done()
 		}
 	}))
@@ -221,7 +231,7 @@ func TestOpenAI(t *testing.T) {
 			return "sk-test"
 		}
 		return ""
-	})
+	}, Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +240,7 @@ func TestOpenAI(t *testing.T) {
 		t.Fatalf("allow: %+v %v", v, err)
 	}
 	p := prompts.Load().(string)
-	for _, want := range []string{"network access request", `Command: ["curl","https://ok.test"]`, "Working directory: /work/repo", "Port: 443", `"decision"`, "risk", "rationale"} {
+	for _, want := range []string{"network access request", `"command":["curl","https://ok.test"]`, `"cwd":"/work/repo"`, `"port":443`, DataOpen, DataClose} {
 		if !strings.Contains(p, want) {
 			t.Errorf("prompt lacks %q:\n%s", want, p)
 		}
@@ -239,13 +249,13 @@ func TestOpenAI(t *testing.T) {
 	if err != nil || v.Allowed() || v.Rationale != "unrelated host" {
 		t.Fatalf("fenced deny: %+v %v", v, err)
 	}
-	for _, h := range []string{"garbage.test", "nochoice.test", "502.test", "slow.test"} {
+	for _, h := range []string{"garbage.test", "nochoice.test", "502.test", "slow.test", "prose.test", "inline.test", "always.test", "two.test", "choices.test"} {
 		if v, err := g.Review(context.Background(), netReq(h)); err == nil {
 			t.Errorf("%s: want an error, got %+v", h, v)
 		}
 	}
 	// A missing key is a configuration error, not a silent unauthenticated call.
-	if _, err := New(config.Guardian{Backend: "openai", URL: srv.URL, Model: "m", APIKeyEnv: "NOPE"}, "", func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "guardian.api_key_env") {
+	if _, err := New(config.Guardian{Backend: "openai", URL: srv.URL, Model: "m", APIKeyEnv: "NOPE"}, "", func(string) string { return "" }, Deps{}); err == nil || !strings.Contains(err.Error(), "guardian.api_key_env") {
 		t.Fatalf("missing key: got %v", err)
 	}
 }
@@ -255,24 +265,26 @@ func TestNewConfigErrors(t *testing.T) {
 		{Backend: ""}, {Backend: "oracle"}, {Backend: "starlark"}, {Backend: "webhook"}, {Backend: "webhook", URL: "ftp://x"},
 		{Backend: "webhook", URL: "http://user:pw@x/"}, {Backend: "openai", URL: "http://x"}, {Backend: "openai", Model: "m"},
 	} {
-		if _, err := New(c, "", nil); err == nil || !strings.Contains(err.Error(), "guardian.") {
+		if _, err := New(c, "", nil, Deps{}); err == nil || !strings.Contains(err.Error(), "guardian.") {
 			t.Errorf("%+v: want an error naming its key, got %v", c, err)
 		}
 	}
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "g.star"), []byte(hostScript), 0o644)
-	if _, err := New(config.Guardian{Backend: "starlark", Script: "g.star"}, dir, nil); err != nil {
+	if _, err := New(config.Guardian{Backend: "starlark", Script: "g.star"}, dir, nil, Deps{}); err != nil {
 		t.Fatalf("relative script: %v", err)
 	}
 }
 
 func TestParseVerdict(t *testing.T) {
 	good := map[string]Verdict{
-		`{"decision":"allow"}`: {Decision: "allow"},
+		`{"decision":"allow"}`:                                      {Decision: "allow_once"},
+		`{"decision":"allow_once"}`:                                 {Decision: "allow_once"},
+		`{"decision":"Allow_Session","risk":"medium"}`:              {Decision: "allow_session", Risk: "medium"},
 		` {"decision":" DENY ","rationale":"r","risk":" High"} `:    {Decision: "deny", Rationale: "r", Risk: "high"},
-		`{"decision":"allow","extra":[1,2],"rationale":null}`:       {Decision: "allow"},
+		`{"decision":"allow","rationale":null}`:                     {Decision: "allow_once"},
 		`{"decision":"deny","rationale":"` + "\u00e9" + `"}`:        {Decision: "deny", Rationale: "\u00e9"},
-		`{"decision":"allow","risk":"low","rationale":"a\nb"}` + "": {Decision: "allow", Rationale: "a\nb", Risk: "low"},
+		`{"decision":"allow","risk":"low","rationale":"a\nb"}` + "": {Decision: "allow_once", Rationale: "a\nb", Risk: "low"},
 	}
 	for in, want := range good {
 		got, err := ParseVerdict([]byte(in))
@@ -281,7 +293,9 @@ func TestParseVerdict(t *testing.T) {
 		}
 	}
 	for _, in := range []string{``, `null`, `[]`, `"allow"`, `{}`, `{"decision":"yes"}`, `{"decision":true}`,
-		`{"decision":"allow"} {"decision":"deny"}`, `{"decision":"allow","rationale":5}`, `{"decision":"allow"`} {
+		`{"decision":"allow"} {"decision":"deny"}`, `{"decision":"allow","rationale":5}`, `{"decision":"allow"`,
+		`{"decision":"allow_always"}`, `{"decision":"deny_always"}`, `{"decision":"allow","extra":1}`, `{"decision":"deny","decision":"allow"}`,
+		`{"decision":"allow","risk":"none"}`, `{"decision":"allow"}x`, `{"decision":"allow"}}`} {
 		if v, err := ParseVerdict([]byte(in)); err == nil {
 			t.Errorf("%q: want an error, got %+v", in, v)
 		}
@@ -293,17 +307,32 @@ func FuzzParseVerdict(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		v, err := ParseVerdict(b)
-		if err == nil && v.Decision != "allow" && v.Decision != "deny" {
-			t.Fatalf("accepted decision %q", v.Decision)
+		ok := func(v Verdict, err error) {
+			if err != nil {
+				return
+			}
+			switch v.Decision {
+			case DecisionAllowOnce, DecisionAllowSession, DecisionDeny:
+			default:
+				t.Fatalf("accepted decision %q", v.Decision)
+			}
+			switch v.Risk {
+			case "", RiskLow, RiskMedium, RiskHigh:
+			default:
+				t.Fatalf("accepted risk %q", v.Risk)
+			}
+			if v.Screened || v.Finding != (Finding{}) {
+				t.Fatalf("a backend answer set the pre-screen fields: %+v", v)
+			}
 		}
-		v, err = ExtractVerdict(string(b))
-		if err == nil && v.Decision != "allow" && v.Decision != "deny" {
-			t.Fatalf("extract accepted decision %q", v.Decision)
-		}
-		v, err = parseChatResponse(b)
-		if err == nil && v.Decision != "allow" && v.Decision != "deny" {
-			t.Fatalf("chat accepted decision %q", v.Decision)
+		ok(ParseVerdict(b))
+		ok(ExtractVerdict(string(b)))
+		ok(parseChatResponse(b))
+		// Exactly one object: a verdict followed by anything is refused.
+		if v, err := ParseVerdict(b); err == nil {
+			if _, err := ParseVerdict(append(append([]byte{}, b...), []byte(` {"decision":"allow"}`)...)); err == nil {
+				t.Fatalf("two objects accepted after %q (%+v)", b, v)
+			}
 		}
 	})
 }

@@ -91,7 +91,41 @@ type WebhookOptions struct {
 	Client  *http.Client // nil → a direct client (no proxy variables)
 }
 
-// Webhook POSTs the ReviewRequest as JSON and expects a verdict object
+// WebhookSchema names the webhook payload's format.
+const WebhookSchema = "netproxy.guardian.review/v1"
+
+// WebhookPayload is the JSON body the webhook backend POSTs: the request's
+// fields (each cut to its cap, typed as in ReviewRequest) at the top level,
+// plus the schema name, the fields that were cut, and the names of the
+// fields whose text the agent under review controls — a receiver must treat
+// those as data, never as instructions (docs/guardian.md).
+type WebhookPayload struct {
+	Schema string `json:"schema"`
+	ReviewRequest
+	Truncated       []string `json:"truncated"`
+	UntrustedFields []string `json:"untrusted_fields"`
+}
+
+// UntrustedFields returns the request fields whose text the agent under
+// review wrote or influenced (a fresh slice each call).
+func UntrustedFields() []string {
+	return []string{"session_id", "environment_id", "execution_id", "host", "target", "command", "cwd", "sandbox_permissions", "reason", "justification"}
+}
+
+// NewWebhookPayload bounds req and wraps it.
+func NewWebhookPayload(req ReviewRequest) WebhookPayload {
+	b := Bound(req)
+	tr := b.Truncated
+	if tr == nil {
+		tr = []string{}
+	}
+	if b.Command == nil {
+		b.Command = []string{}
+	}
+	return WebhookPayload{Schema: WebhookSchema, ReviewRequest: b.ReviewRequest, Truncated: tr, UntrustedFields: UntrustedFields()}
+}
+
+// Webhook POSTs a WebhookPayload and expects exactly one verdict object
 // {"decision","rationale","risk"} in a 2xx answer.
 type Webhook struct {
 	url    string
@@ -114,7 +148,7 @@ func NewWebhook(endpoint string, opts WebhookOptions) (*Webhook, error) {
 func (w *Webhook) Review(ctx context.Context, req ReviewRequest) (Verdict, error) {
 	ctx, cancel := withTimeout(ctx, w.opts.Timeout)
 	defer cancel()
-	data, err := postJSON(ctx, w.client, w.url, req, "")
+	data, err := postJSON(ctx, w.client, w.url, NewWebhookPayload(req), "")
 	if err != nil {
 		return Verdict{}, err
 	}
@@ -155,14 +189,6 @@ func NewOpenAI(opts OpenAIOptions) (*OpenAI, error) {
 	return &OpenAI{endpoint: u.String(), client: c, opts: opts}, nil
 }
 
-// systemPrompt fixes the reviewer's role and the answer format.
-const systemPrompt = `You are Guardian, a security reviewer for an egress control plane that fences AI agents.
-You review one approval request at a time: either network access by a command to a host that is not on the allow list, or the execution of a shell command outside its sandbox.
-Judge whether the request is consistent with the command that triggered it and whether it risks data exfiltration, credential theft, destructive changes or contact with untrusted infrastructure.
-When in doubt, deny.
-Answer with exactly one JSON object and nothing else:
-{"decision": "allow" | "deny", "risk": "low" | "medium" | "high", "rationale": "<one or two sentences>"}`
-
 type chatMessage struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
@@ -181,43 +207,10 @@ type chatResponse struct {
 			Content *string `json:"content"`
 		} `json:"message"`
 	} `json:"choices"`
-}
-
-// Prompt renders the user message for req: the request, its execution's
-// command and cwd, and the verdict format.
-func Prompt(req ReviewRequest) string {
-	var b strings.Builder
-	switch req.Kind {
-	case "exec":
-		b.WriteString("Below is a proposed command execution under review.\n\n")
-	default:
-		b.WriteString("Below is a proposed network access request under review.\n\n")
-		fmt.Fprintf(&b, "Target: %s\nHost: %s\nProtocol: %s\nPort: %d\n", req.Target, req.Host, req.Protocol, req.Port)
-	}
-	cmd, _ := json.Marshal(req.Command)
-	if len(req.Command) == 0 {
-		cmd = []byte("(unknown: no execution is attributed to this request)")
-	}
-	fmt.Fprintf(&b, "Command: %s\n", cmd)
-	cwd := req.Cwd
-	if cwd == "" {
-		cwd = "(unknown)"
-	}
-	fmt.Fprintf(&b, "Working directory: %s\n", cwd)
-	if req.SandboxPermissions != "" {
-		fmt.Fprintf(&b, "Sandbox permissions: %s\n", req.SandboxPermissions)
-	}
-	if req.Reason != "" {
-		fmt.Fprintf(&b, "Reason it needs approval: %s\n", req.Reason)
-	}
-	if req.Justification != "" {
-		fmt.Fprintf(&b, "Justification given by the agent: %s\n", req.Justification)
-	}
-	fmt.Fprintf(&b, "Session: %s  Environment: %s\n", req.SessionID, req.EnvironmentID)
-	rj, _ := json.Marshal(req)
-	fmt.Fprintf(&b, "\nRequest JSON: %s\n\n", rj)
-	b.WriteString(`Reply with only a JSON object: {"decision": "allow" or "deny", "risk": "low", "medium" or "high", "rationale": "..."}`)
-	return b.String()
+	Usage *struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
 }
 
 func (o *OpenAI) Review(ctx context.Context, req ReviewRequest) (Verdict, error) {
@@ -226,9 +219,10 @@ func (o *OpenAI) Review(ctx context.Context, req ReviewRequest) (Verdict, error)
 	body := chatRequest{
 		Model: o.opts.Model,
 		Messages: []chatMessage{
-			{Role: "system", Content: systemPrompt},
+			{Role: "system", Content: SystemPrompt},
 			{Role: "user", Content: Prompt(req)},
 		},
+		Temperature:    0,
 		ResponseFormat: map[string]string{"type": "json_object"},
 	}
 	data, err := postJSON(ctx, o.client, o.endpoint, body, o.opts.APIKey)
@@ -238,14 +232,23 @@ func (o *OpenAI) Review(ctx context.Context, req ReviewRequest) (Verdict, error)
 	return parseChatResponse(data)
 }
 
-// parseChatResponse extracts the verdict from choices[0].message.content.
+// parseChatResponse extracts the verdict from the one choice's
+// message.content, and the token usage when the endpoint reports it. More
+// than one choice is refused: the reviewer must give one answer.
 func parseChatResponse(data []byte) (Verdict, error) {
 	var cr chatResponse
 	if err := json.Unmarshal(data, &cr); err != nil {
 		return Verdict{}, fmt.Errorf("%w: chat-completions answer is not JSON: %v", ErrNoVerdict, err)
 	}
-	if len(cr.Choices) == 0 || cr.Choices[0].Message.Content == nil {
-		return Verdict{}, fmt.Errorf("%w: chat-completions answer has no choices[0].message.content", ErrNoVerdict)
+	if len(cr.Choices) != 1 || cr.Choices[0].Message.Content == nil {
+		return Verdict{}, fmt.Errorf("%w: chat-completions answer must have exactly one choice with message.content (got %d choices)", ErrNoVerdict, len(cr.Choices))
 	}
-	return ExtractVerdict(*cr.Choices[0].Message.Content)
+	v, err := ExtractVerdict(*cr.Choices[0].Message.Content)
+	if err != nil {
+		return Verdict{}, err
+	}
+	if cr.Usage != nil {
+		v.Usage = Usage{PromptTokens: max(cr.Usage.PromptTokens, 0), CompletionTokens: max(cr.Usage.CompletionTokens, 0)}
+	}
+	return v, nil
 }

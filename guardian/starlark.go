@@ -73,8 +73,13 @@ func (s *Starlark) Review(ctx context.Context, req ReviewRequest) (Verdict, erro
 	return verdictFromStarlark(res)
 }
 
-// requestValue renders the request as a frozen Starlark dict.
+// requestValue renders the request, each field cut to its cap, as a frozen
+// Starlark dict of immutable values: strings, an int, and tuples for the
+// command and the names of truncated fields. A script that tries to change
+// it fails (and the review denies).
 func requestValue(req ReviewRequest) *starlark.Dict {
+	b := Bound(req)
+	req = b.ReviewRequest
 	d := starlark.NewDict(16)
 	set := func(k string, v starlark.Value) { _ = d.SetKey(starlark.String(k), v) }
 	set("id", starlark.String(req.ID))
@@ -90,7 +95,12 @@ func requestValue(req ReviewRequest) *starlark.Dict {
 	for i, a := range req.Command {
 		cmd[i] = starlark.String(a)
 	}
-	set("command", starlark.NewList(cmd))
+	set("command", starlark.Tuple(cmd))
+	tr := make(starlark.Tuple, len(b.Truncated))
+	for i, f := range b.Truncated {
+		tr[i] = starlark.String(f)
+	}
+	set("truncated", tr)
 	set("cwd", starlark.String(req.Cwd))
 	set("sandbox_permissions", starlark.String(req.SandboxPermissions))
 	set("reason", starlark.String(req.Reason))
@@ -100,11 +110,17 @@ func requestValue(req ReviewRequest) *starlark.Dict {
 }
 
 // verdictFromStarlark reads the dict review() returned, with the same rules
-// as ParseVerdict.
+// as ParseVerdict: only the keys decision, rationale and risk.
 func verdictFromStarlark(v starlark.Value) (Verdict, error) {
 	m, ok := v.(starlark.IterableMapping)
 	if !ok {
 		return Verdict{}, fmt.Errorf("%w: review() returned %s, want a dict", ErrNoVerdict, v.Type())
+	}
+	for _, k := range m.Items() {
+		ks, ok := starlark.AsString(k[0])
+		if !ok || !verdictFields[ks] {
+			return Verdict{}, fmt.Errorf("%w: review() returned unknown key %s (only decision, rationale, risk)", ErrNoVerdict, clipRunes(k[0].String(), 40))
+		}
 	}
 	get := func(key string) (string, bool, error) {
 		x, found, err := m.Get(starlark.String(key))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"unicode/utf8"
 )
@@ -13,29 +14,55 @@ import (
 const (
 	maxVerdictBytes   = 64 << 10
 	maxRationaleRunes = 2000
-	maxRiskRunes      = 32
 )
 
 // ErrNoVerdict is wrapped by every parse failure.
 var ErrNoVerdict = errors.New("unparsable guardian verdict")
 
-// ParseVerdict parses a JSON object {"decision","rationale","risk"} strictly:
-// decision must be "allow" or "deny" (case and surrounding space ignored);
-// rationale and risk must be strings when present. Unknown fields are ignored
-// so endpoints may add their own.
+// verdictFields are the only keys a verdict object may carry.
+var verdictFields = map[string]bool{"decision": true, "rationale": true, "risk": true}
+
+// ParseVerdict parses exactly one JSON object {"decision","rationale","risk"}
+// strictly: decision must be allow_once, allow_session or deny ("allow" is
+// read as allow_once; case and surrounding space ignored) — never
+// allow_always or deny_always, which amend the policy and stay with humans;
+// rationale must be a string; risk, when present, low, medium or high. Any
+// other key, a duplicate key, trailing data or a second object is an error.
 func ParseVerdict(b []byte) (Verdict, error) {
 	if len(b) > maxVerdictBytes {
 		return Verdict{}, fmt.Errorf("%w: %d bytes exceeds the %d-byte limit", ErrNoVerdict, len(b), maxVerdictBytes)
 	}
-	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&raw); err != nil {
+	tok, err := dec.Token()
+	if err != nil {
 		return Verdict{}, fmt.Errorf("%w: %v", ErrNoVerdict, err)
 	}
-	if raw == nil {
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return Verdict{}, fmt.Errorf("%w: not a JSON object", ErrNoVerdict)
 	}
-	if dec.More() {
+	raw := map[string]json.RawMessage{}
+	for dec.More() {
+		kt, err := dec.Token()
+		if err != nil {
+			return Verdict{}, fmt.Errorf("%w: %v", ErrNoVerdict, err)
+		}
+		k, _ := kt.(string)
+		if !verdictFields[k] {
+			return Verdict{}, fmt.Errorf("%w: unknown field %q (only decision, rationale, risk)", ErrNoVerdict, clipRunes(k, 40))
+		}
+		if _, dup := raw[k]; dup {
+			return Verdict{}, fmt.Errorf("%w: duplicate field %q", ErrNoVerdict, k)
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return Verdict{}, fmt.Errorf("%w: %v", ErrNoVerdict, err)
+		}
+		raw[k] = v
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return Verdict{}, fmt.Errorf("%w: %v", ErrNoVerdict, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
 		return Verdict{}, fmt.Errorf("%w: trailing data after the JSON object", ErrNoVerdict)
 	}
 	str := func(key string) (string, bool, error) {
@@ -54,7 +81,7 @@ func ParseVerdict(b []byte) (Verdict, error) {
 
 // verdictFromFields applies the verdict rules to an answer's fields, read
 // with field (found is false for an absent or null field): decision is
-// required and normalised, rationale is clipped, risk normalised.
+// required and normalised, rationale is clipped, risk checked.
 // noDecision says, in the backend's terms, that decision is missing.
 func verdictFromFields(field func(key string) (s string, found bool, err error), noDecision string) (Verdict, error) {
 	d, ok, err := field("decision")
@@ -76,49 +103,62 @@ func verdictFromFields(field func(key string) (s string, found bool, err error),
 	if err != nil {
 		return Verdict{}, err
 	}
-	return Verdict{Decision: decision, Rationale: clipRunes(rationale, maxRationaleRunes), Risk: normalizeRisk(risk)}, nil
+	r, err := normalizeRisk(risk)
+	if err != nil {
+		return Verdict{}, err
+	}
+	return Verdict{Decision: decision, Rationale: clipRunes(rationale, maxRationaleRunes), Risk: r}, nil
 }
 
-// normalizeDecision accepts "allow" and "deny" only.
+// normalizeDecision accepts allow_once, allow_session and deny ("allow" is
+// allow_once). allow_always and deny_always are refused by name: a Guardian
+// never amends the policy.
 func normalizeDecision(d string) (string, error) {
-	switch strings.ToLower(strings.TrimSpace(d)) {
-	case DecisionAllow:
-		return DecisionAllow, nil
+	switch v := strings.ToLower(strings.TrimSpace(d)); v {
+	case DecisionAllow, DecisionAllowOnce:
+		return DecisionAllowOnce, nil
+	case DecisionAllowSession:
+		return DecisionAllowSession, nil
 	case DecisionDeny:
 		return DecisionDeny, nil
+	case "allow_always", "deny_always":
+		return "", fmt.Errorf("%w: decision %q amends the policy; only a human may give it (Guardian answers allow_once, allow_session or deny)", ErrNoVerdict, v)
 	}
-	return "", fmt.Errorf("%w: decision %q is neither \"allow\" nor \"deny\"", ErrNoVerdict, clipRunes(d, 40))
+	return "", fmt.Errorf("%w: decision %q is not allow_once, allow_session or deny", ErrNoVerdict, clipRunes(d, 40))
 }
 
-// ExtractVerdict finds the verdict object in a language model's reply: the
-// whole reply, or the content of a ```json fence, or the span from the first
-// '{' to the last '}'. Anything that does not parse strictly is an error.
-func ExtractVerdict(content string) (Verdict, error) {
-	s := strings.TrimSpace(content)
-	if v, err := ParseVerdict([]byte(s)); err == nil {
+// normalizeRisk accepts "", low, medium and high (case and space ignored).
+func normalizeRisk(r string) (string, error) {
+	switch v := strings.ToLower(strings.TrimSpace(r)); v {
+	case "", RiskLow, RiskMedium, RiskHigh:
 		return v, nil
 	}
-	if i := strings.Index(s, "```"); i >= 0 {
-		rest := s[i+3:]
-		if nl := strings.IndexByte(rest, '\n'); nl >= 0 {
-			rest = rest[nl+1:] // drop the fence's language tag
-		}
-		if j := strings.Index(rest, "```"); j >= 0 {
-			if v, err := ParseVerdict([]byte(strings.TrimSpace(rest[:j]))); err == nil {
-				return v, nil
-			}
-		}
-	}
-	i, j := strings.IndexByte(s, '{'), strings.LastIndexByte(s, '}')
-	if i >= 0 && j > i {
-		return ParseVerdict([]byte(s[i : j+1]))
-	}
-	return Verdict{}, fmt.Errorf("%w: no JSON object in the model's reply", ErrNoVerdict)
+	return "", fmt.Errorf("%w: risk %q is not low, medium or high", ErrNoVerdict, clipRunes(r, 40))
 }
 
-// normalizeRisk lower-cases, trims and bounds a free-form risk label.
-func normalizeRisk(r string) string {
-	return clipRunes(strings.ToLower(strings.TrimSpace(r)), maxRiskRunes)
+// ExtractVerdict reads the verdict from a language model's reply: the whole
+// reply must be one JSON object, optionally wrapped in a single ``` fence
+// that is itself the whole reply (some OpenAI-compatible servers ignore
+// response_format). Prose around the object, two objects, or an object
+// somewhere inside text is an error: a reviewer that cannot follow the
+// format is not trusted to have judged.
+func ExtractVerdict(content string) (Verdict, error) {
+	s := strings.TrimSpace(content)
+	if strings.HasPrefix(s, "```") && strings.HasSuffix(s, "```") && len(s) >= 6 {
+		inner := s[3 : len(s)-3]
+		nl := strings.IndexByte(inner, '\n')
+		if nl < 0 || strings.Contains(inner, "```") {
+			return Verdict{}, fmt.Errorf("%w: malformed code fence in the model's reply", ErrNoVerdict)
+		}
+		if tag := strings.TrimSpace(inner[:nl]); tag != "" && tag != "json" {
+			return Verdict{}, fmt.Errorf("%w: code fence tagged %q, want json", ErrNoVerdict, clipRunes(tag, 20))
+		}
+		s = strings.TrimSpace(inner[nl+1:])
+	}
+	if !strings.HasPrefix(s, "{") {
+		return Verdict{}, fmt.Errorf("%w: the model's reply is not one JSON object", ErrNoVerdict)
+	}
+	return ParseVerdict([]byte(s))
 }
 
 // clipRunes truncates s to n runes and replaces invalid UTF-8, so a verdict

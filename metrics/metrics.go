@@ -64,6 +64,8 @@ type Metrics struct {
 
 	auditDropped prometheus.Counter
 
+	guardianPrescreen *prometheus.CounterVec
+
 	hosts *hostLabels
 }
 
@@ -86,6 +88,7 @@ var (
 	requirementValues = set("skip", "needs_approval", "forbidden")
 	closeReasons      = set("denied", "not_allowed_local", "proxy_disabled", "execution_ended")
 	execSourceValues  = set("prefix", "heuristics", "rules", "user", "guardian", "hook", "policy", "cache")
+	prescreenResults  = set("passed", "flagged")
 )
 
 // commonDecisions are the (decision, reason, source) triples of SPEC §3.4–3.8
@@ -195,6 +198,10 @@ func New(maxHostLabels int) *Metrics {
 			Name: "netproxy_audit_dropped_total",
 			Help: "Audit records dropped because the audit buffer was full or the writer was closed.",
 		}),
+		guardianPrescreen: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "netproxy_guardian_prescreen_total",
+			Help: "Guardian reviews by pre-screen result: flagged (reviewer-directed text in an agent-controlled field; denied without calling the backend) or passed (sent to the backend).",
+		}, []string{"result"}),
 	}
 	m.hosts = newHostLabels(maxHostLabels, m.deniedHosts, time.Now)
 
@@ -207,6 +214,7 @@ func New(maxHostLabels int) *Metrics {
 		m.upstreamDial, m.upstreamErrors, m.bytes,
 		m.policyReloads, m.policyPatterns,
 		m.executionsActive, m.execDecisions, m.auditDropped,
+		m.guardianPrescreen,
 	)
 	m.initSeries()
 	return m
@@ -257,6 +265,9 @@ func (m *Metrics) initSeries() {
 		m.upstreamErrors.WithLabelValues(v)
 	}
 	m.upstreamErrors.WithLabelValues(OtherLabel)
+	for v := range prescreenResults {
+		m.guardianPrescreen.WithLabelValues(v)
+	}
 }
 
 // Registry returns the dedicated registry (nil on a nil receiver).
@@ -419,6 +430,15 @@ func (m *Metrics) ExecDecision(requirement, source string) {
 		return
 	}
 	m.execDecisions.WithLabelValues(clamp(requirement, requirementValues), clamp(source, execSourceValues)).Inc()
+}
+
+// GuardianPrescreen counts one Guardian pre-screen result (passed or
+// flagged); it implements guardian.PrescreenCounter.
+func (m *Metrics) GuardianPrescreen(result string) {
+	if m == nil {
+		return
+	}
+	m.guardianPrescreen.WithLabelValues(clamp(result, prescreenResults)).Inc()
 }
 
 // AuditDropped counts one audit record that could not be written; pass it

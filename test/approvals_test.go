@@ -319,7 +319,7 @@ esac
 			prompts = append(prompts, user)
 			mu.Unlock()
 			content := `{"decision":"deny","risk":"high","rationale":"unknown"}`
-			if strings.Contains(user, "Host: gallow.test") {
+			if strings.Contains(user, `"host":"gallow.test"`) {
 				content = "```json\n{\"decision\":\"allow\",\"risk\":\"low\",\"rationale\":\"fine\"}\n```"
 			}
 			json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"message": map[string]any{"role": "assistant", "content": content}}}})
@@ -332,7 +332,7 @@ esac
 		apprExpect(t, "openai deny", p.get(fmt.Sprintf("http://gdeny.test:%d/", up)), 403)
 		mu.Lock()
 		defer mu.Unlock()
-		if len(prompts) != 2 || !strings.Contains(prompts[0], "Port: ") || !strings.Contains(prompts[0], `"decision"`) {
+		if len(prompts) != 2 || !strings.Contains(prompts[0], `"port":`) || !strings.Contains(prompts[0], "<request-data>") {
 			t.Fatalf("prompts: %q", prompts)
 		}
 	})

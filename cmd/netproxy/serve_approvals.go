@@ -28,7 +28,8 @@ func setupApprovals(s *server.Server, auditor approvalsvc.Auditor) (*approvalsvc
 		if cfg.Path != "" {
 			baseDir = filepath.Dir(cfg.Path)
 		}
-		if rev, err = guardian.New(cfg.Guardian, baseDir, os.Getenv); err != nil {
+		deps := guardian.Deps{Prescreen: s.Metrics(), Logger: s.Logger().With("component", "guardian")}
+		if rev, err = guardian.New(cfg.Guardian, baseDir, os.Getenv, deps); err != nil {
 			return nil, err
 		}
 	}
