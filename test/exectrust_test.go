@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -537,5 +538,43 @@ func TestExecToolWorkdirIsNotAWritableRoot(t *testing.T) {
 		"--tool", "exec_command", "--args", `{"cmd":"touch granted","workdir":"`+outside+`"}`)
 	if _, err := os.Stat(filepath.Join(outside, "granted")); err != nil || code != 0 {
 		t.Errorf("--writable-root %s: exit %d %+v %s", outside, code, r, stderr)
+	}
+}
+
+// A bypassing rule for a bare name must not run a program the command
+// planted in a workspace folder that the caller's PATH lists first: outside
+// the sandbox PATH keeps only fixed folders.
+func TestExecBypassIgnoresWorkspaceOnPATH(t *testing.T) {
+	p := StartProxy(t, StdConfig())
+	dir := sbxDir(t)
+	outside := etOutside(t)
+	marker := filepath.Join(outside, "bypass-path-marker")
+	etTrojan(t, filepath.Join(dir, "bin", "ls"), marker)
+	if err := os.WriteFile(filepath.Join(dir, "listed-file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rules := etRules(t, `prefix_rule(pattern=["ls"], decision="allow")`)
+	for _, path := range []string{filepath.Join(dir, "bin"), "bin", ""} {
+		var env []string
+		for _, kv := range p.Env() {
+			if !strings.HasPrefix(kv, "PATH=") {
+				env = append(env, kv)
+			}
+		}
+		env = append(env, "PATH="+path+":/usr/local/bin:/usr/bin:/bin")
+		for _, how := range [][]string{
+			{"--tool", "exec_command", "--args", `{"cmd":"ls","shell":"bash","login":false}`},
+			{"--", "ls"},
+		} {
+			args := append([]string{"--control", p.Control, "--network", "proxied", "--rules", rules}, how...)
+			r, code, stderr := sbxRun(t, env, dir, args...)
+			etAbsent(t, marker, fmt.Sprintf("bypassed %q with PATH=%s:… first", how, path))
+			if code != 0 || !strings.Contains(r.Stdout, "listed-file") {
+				t.Fatalf("PATH %q %q: exit %d stdout %q stderr %q", path, how, code, r.Stdout, stderr)
+			}
+			if len(r.Attempts) != 1 || r.Attempts[0].Sandboxed {
+				t.Fatalf("PATH %q %q: the allow rule should still bypass: attempts %+v", path, how, r.Attempts)
+			}
+		}
 	}
 }

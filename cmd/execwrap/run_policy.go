@@ -56,6 +56,13 @@ func evaluateInvocation(cf *checkFlags, ro runOptions, stdin io.Reader) (*invoca
 		}
 		argv = append([]string{abs}, argv[1:]...)
 	}
+	env := res.Envelope.Env
+	if req.Kind == orchestrator.Skip && req.BypassSandbox {
+		// Outside the sandbox a bare program name is looked up on PATH:
+		// a workspace folder (or ".") on it would run a program the
+		// command itself may have written, so only fixed folders stay.
+		env = withFixedPATH(env, res.Trust)
+	}
 	return &invocation{
 		HandlerArgv:        argv,
 		Cwd:                res.Envelope.Cwd,
@@ -68,7 +75,7 @@ func evaluateInvocation(cf *checkFlags, ro runOptions, stdin io.Reader) (*invoca
 		Kind:               kind,
 		SandboxPermissions: string(res.Envelope.EffectivePermissions),
 		Justification:      res.Envelope.Justification,
-		Env:                res.Envelope.Env,
+		Env:                env,
 		TimeoutMS:          res.Envelope.TimeoutMS,
 	}, nil
 }
@@ -88,4 +95,17 @@ func resolveTrustedShell(name string, tr shellparse.Trust) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no %s in the trusted system directories (%s)", name, strings.Join(shellparse.SystemDirs(), ":"))
+}
+
+// withFixedPATH returns env with PATH narrowed to shellparse's fixed
+// folders (a copy; env itself is not changed).
+func withFixedPATH(env []string, tr shellparse.Trust) []string {
+	out := make([]string, len(env))
+	for i, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			kv = "PATH=" + tr.FixedPATH(v)
+		}
+		out[i] = kv
+	}
+	return out
 }

@@ -90,20 +90,42 @@ func (t Trust) FixedProgram(prog string) bool {
 	if _, ok := t.Program(prog); ok {
 		return true
 	}
-	if !strings.HasPrefix(prog, "/") || path.Clean(prog) != prog || prog == "/" {
+	return prog != "/" && t.FixedDir(prog)
+}
+
+// FixedDir reports an absolute, normalised path outside every writable
+// root and outside /proc, /dev, /tmp and /var/tmp: a place whose programs
+// the command cannot have written. It is also the test for a PATH entry
+// that a command running outside the sandbox may search.
+func (t Trust) FixedDir(p string) bool {
+	if !strings.HasPrefix(p, "/") || path.Clean(p) != p {
 		return false
 	}
 	for _, d := range volatileDirs {
-		if within(prog, d) {
+		if within(p, d) {
 			return false
 		}
 	}
 	for _, r := range t.WritableRoots {
-		if !strings.HasPrefix(r, "/") || within(prog, r) {
+		if !strings.HasPrefix(r, "/") || within(p, r) {
 			return false
 		}
 	}
 	return true
+}
+
+// FixedPATH returns the value of a PATH variable with every entry that is
+// not a FixedDir removed (relative entries, "" — the current directory —,
+// workspace folders, temp folders): a bare command name run outside the
+// sandbox then never finds a program the sandboxed command planted.
+func (t Trust) FixedPATH(value string) string {
+	var kept []string
+	for _, dir := range strings.Split(value, ":") {
+		if t.FixedDir(dir) && dir != "/" {
+			kept = append(kept, dir)
+		}
+	}
+	return strings.Join(kept, ":")
 }
 
 // Shell returns the family of a trusted shell: exactly bash, zsh or sh by
