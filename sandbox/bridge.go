@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,6 +18,8 @@ type bridge struct {
 	mu    sync.Mutex
 	lns   []net.Listener
 	conns map[net.Conn]struct{}
+	// rejected counts connections refused by an admission check.
+	rejected atomic.Int64
 }
 
 func newBridge() *bridge {
@@ -26,6 +29,12 @@ func newBridge() *bridge {
 // serve accepts on l until it is closed and relays each connection to
 // upstream (a netproxy listener address) with target's token and dialer.
 func (b *bridge) serve(ctx context.Context, l net.Listener, upstream string, target *ProxyTarget) {
+	b.serveFiltered(ctx, l, upstream, target, nil)
+}
+
+// serveFiltered is serve with an admission check: a connection for which
+// admit returns false is closed before anything is dialled or framed.
+func (b *bridge) serveFiltered(ctx context.Context, l net.Listener, upstream string, target *ProxyTarget, admit func(net.Conn) bool) {
 	b.mu.Lock()
 	b.lns = append(b.lns, l)
 	b.mu.Unlock()
@@ -48,6 +57,11 @@ func (b *bridge) serve(ctx context.Context, l net.Listener, upstream string, tar
 			b.wg.Add(1)
 			go func() {
 				defer b.wg.Done()
+				if admit != nil && !admit(c) {
+					b.rejected.Add(1)
+					c.Close()
+					return
+				}
 				b.relay(ctx, c, upstream, target)
 			}()
 		}

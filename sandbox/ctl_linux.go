@@ -26,6 +26,8 @@ const (
 	msgStarted     = "started"      // init → parent
 	msgExited      = "exited"       // init → parent
 	msgSetupFailed = "setup_failed" // init → parent
+	msgPTY         = "pty"          // init → parent, with the pty master fd
+	msgKill        = "kill"         // parent → init: kill the command and every descendant
 )
 
 // initConfig is what the init needs; it never carries a token.
@@ -41,7 +43,20 @@ type initConfig struct {
 	Listeners      []listenerConfig `json:"listeners,omitempty"`
 	ConnectPorts   []uint16         `json:"connect_ports,omitempty"` // landlock tier
 	PrivateTmp     string           `json:"private_tmp,omitempty"`   // landlock tier
-	Setpgid        bool             `json:"setpgid"`
+	// TmpfsSize is size= for /tmp, /run and /dev/shm ("" → kernel default).
+	TmpfsSize string `json:"tmpfs_size,omitempty"`
+	// RequireLandlock fails the setup when Landlock is unavailable (a root
+	// caller without --allow-degraded).
+	RequireLandlock bool `json:"require_landlock,omitempty"`
+	// PTY asks the init for a terminal of its own for the command's stdin.
+	PTY *ptyConfig `json:"pty,omitempty"`
+}
+
+// ptyConfig is the caller's terminal state copied onto the command's pty.
+type ptyConfig struct {
+	Termios unix.Termios `json:"termios"`
+	Rows    uint16       `json:"rows"`
+	Cols    uint16       `json:"cols"`
 }
 
 type listenerConfig struct {
