@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -286,21 +285,15 @@ func (c *runCgroup) kill() {
 	}
 }
 
-// remove kills what is left and removes the directories, waiting a little
-// for the last processes to leave; one still busy is left to a later run's
-// gcStaleCgroups.
+// remove kills what is left and removes the directories. One whose
+// processes have not finished exiting yet (EBUSY) is left to a later run's
+// gcStaleCgroups rather than waited for: the run's result must not wait for
+// the kernel to tear the sandbox down.
 func (c *runCgroup) remove() {
 	c.kill()
 	for _, d := range append([]string{c.v2}, c.v1...) {
-		if d == "" {
-			continue
-		}
-		for i := 0; i < 50; i++ {
-			err := unix.Rmdir(d)
-			if err == nil || errors.Is(err, unix.ENOENT) || !errors.Is(err, unix.EBUSY) {
-				break
-			}
-			time.Sleep(time.Millisecond)
+		if d != "" {
+			_ = unix.Rmdir(d)
 		}
 	}
 }

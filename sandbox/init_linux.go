@@ -91,6 +91,26 @@ func initRun(ctl int, cfg *initConfig) (int, error) {
 		// Landlock tier: no pid namespace, so adopt orphans to kill them.
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	}
+	stdin, ownPTY := -1, ""
+	if cfg.PTY != nil {
+		// After the mounts: in the namespaces tier /dev/ptmx is the
+		// sandbox's own devpts instance, so the command's terminal is
+		// /dev/pts/0 there and ttyname() works.
+		master, slave, err := openPTY(cfg.PTY)
+		if err != nil {
+			return 0, stepErr("pty", err)
+		}
+		if n, err := unix.IoctlGetUint32(master, unix.TIOCGPTN); err == nil {
+			ownPTY = fmt.Sprintf("/dev/pts/%d", n)
+		}
+		err = ctlSend(ctl, ctlMsg{Type: msgPTY}, master)
+		unix.Close(master)
+		if err != nil {
+			unix.Close(slave)
+			return 0, stepErr("send_pty", err)
+		}
+		stdin = slave
+	}
 	if err := joinAnonymousSessionKeyring(); err != nil {
 		return 0, stepErr("session_keyring", err)
 	}
@@ -110,6 +130,9 @@ func initRun(ctl int, cfg *initConfig) (int, error) {
 	} else {
 		ll.RWDirs = append(ll.RWDirs, cfg.PrivateTmp)
 		ll.HandleNet, ll.ConnectPorts, ll.Required, ll.MinABI = true, cfg.ConnectPorts, true, 4
+		// No private /dev here: Landlock grants only the usual nodes and
+		// the command's own pty, never the host's other terminals.
+		ll.HostDev, ll.OwnPTY = true, ownPTY
 	}
 	abi, err := applyLandlock(ll)
 	if err != nil {
@@ -130,23 +153,6 @@ func initRun(ctl int, cfg *initConfig) (int, error) {
 	}
 	if err := installSeccomp(filter); err != nil {
 		return 0, stepErr("seccomp", err)
-	}
-	stdin := -1
-	if cfg.PTY != nil {
-		// After the mounts: in the namespaces tier /dev/ptmx is the
-		// sandbox's own devpts instance, so the command's terminal is
-		// /dev/pts/0 there and ttyname() works.
-		master, slave, err := openPTY(cfg.PTY)
-		if err != nil {
-			return 0, stepErr("pty", err)
-		}
-		err = ctlSend(ctl, ctlMsg{Type: msgPTY}, master)
-		unix.Close(master)
-		if err != nil {
-			unix.Close(slave)
-			return 0, stepErr("send_pty", err)
-		}
-		stdin = slave
 	}
 	if err := ctlSend(ctl, ctlMsg{Type: msgSetup, LandlockABI: abi, Notes: notes}); err != nil {
 		return 0, stepErr("report_setup", err)

@@ -213,14 +213,6 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 			}
 			env = ProxyEnv(env, "127.0.0.1:"+strconv.Itoa(sandboxHTTPPort), socks)
 		}
-		if s.Kind == KindWorkspaceWrite {
-			// A protected name that does not exist gets an empty, mode-0
-			// placeholder directory for the init to mount read-only over,
-			// so the command cannot create it (a planted .git would run
-			// code in the user's next host `git status`); removed after.
-			ph := createPlaceholders(protectedRoots(s), s.ProtectedNames)
-			defer removePlaceholders(ph)
-		}
 	case TierLandlock:
 		tmp, terr := os.MkdirTemp("", "execwrap-tmp-")
 		if terr != nil {
@@ -282,17 +274,51 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	defer stdio.finish()
 	cfg.PTY = stdio.ptyConfig()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.child[0], stdio.child[1], stdio.child[2]
-	cg, cgNote, err := newRunCgroup(s.Limits)
-	if err != nil {
-		childEnd.Close()
-		return res, fmt.Errorf("sandbox: cgroup: %w", err)
+	// The run's cgroup and the protected-name placeholders are made while
+	// the init starts (both are filesystem work that would otherwise add to
+	// the start-up); the config, and so the command, waits for them.
+	var (
+		cg               *runCgroup
+		prepPlaceholders []string
+	)
+	reaped := make(chan struct{})
+	var reapOnce sync.Once
+	waitInit := func() error {
+		err := cmd.Wait()
+		reapOnce.Do(func() { close(reaped) })
+		return err
 	}
-	if cgNote != "" {
-		res.Signals = append(res.Signals, strings.Split(cgNote, ",")...)
+	prepCh := startPrep(s, tier)
+	prepTaken := false
+	takePrep := func() runPrep {
+		p := <-prepCh
+		prepTaken = true
+		cg = p.cg
+		return p
 	}
-	if cg != nil {
-		defer cg.remove()
-	}
+	defer func() {
+		if !prepTaken {
+			prepPlaceholders = takePrep().placeholders
+		}
+		// A placeholder goes only once the sandbox's mount namespace is
+		// gone, i.e. the init (pid 1 of the namespaces, whose exit kills
+		// the rest) is reaped: nothing of the run can then create the
+		// name, and the rmdir does not have to detach a mount from a live
+		// namespace (an RCU grace period each). The init exits on its own
+		// right after the command; this wait is the namespace teardown.
+		if len(prepPlaceholders) > 0 && cmd.Process != nil {
+			select {
+			case <-reaped:
+			case <-time.After(100 * time.Millisecond):
+				_ = cmd.Process.Kill()
+				select {
+				case <-reaped:
+				case <-time.After(2 * time.Second):
+				}
+			}
+		}
+		finishPrep(runPrep{cg: cg, placeholders: prepPlaceholders})
+	}()
 	restoreDumpable := func() {}
 	if tier == TierNamespaces && os.Geteuid() != 0 {
 		// Go writes the child's uid_map from this process; a non-dumpable
@@ -315,6 +341,16 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	childEnd.Close()
 	stdio.closeChildEnds()
 	tree.set(cmd.Process.Pid)
+	prep := takePrep()
+	prepPlaceholders = prep.placeholders
+	if prep.err != nil {
+		_ = cmd.Process.Kill()
+		_ = waitInit()
+		return res, fmt.Errorf("sandbox: cgroup: %w", prep.err)
+	}
+	if prep.note != "" {
+		res.Signals = append(res.Signals, strings.Split(prep.note, ",")...)
+	}
 	// The landlock tier has no pid namespace: the init kills the command
 	// and every descendant it adopted when asked (or when this side of
 	// the channel closes); the cgroup, where there is one, is the sure
@@ -333,13 +369,13 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	if cg != nil {
 		if err := cg.add(cmd.Process.Pid); err != nil {
 			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			_ = waitInit()
 			return res, fmt.Errorf("sandbox: %w", err)
 		}
 	}
 	if err := ctlSend(parentFD, ctlMsg{Type: msgConfig, Config: cfg}); err != nil {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		_ = waitInit()
 		return res, fmt.Errorf("sandbox: send config: %w", err)
 	}
 
@@ -355,7 +391,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		}
 	}()
 	waitCh := make(chan error, 1)
-	go func() { waitCh <- cmd.Wait() }()
+	go func() { waitCh <- waitInit() }()
 
 	sv := startSupervisor(ctx, s, kill, func(sig Signal) {
 		// The init has handlers, so a signal from this (ancestor)
@@ -499,6 +535,58 @@ loop:
 		res.Signals = append(res.Signals, "init_died_without_report")
 	}
 	return res, nil
+}
+
+// runPrep is the filesystem work done while the init starts.
+type runPrep struct {
+	cg           *runCgroup
+	note         string
+	err          error
+	placeholders []string
+}
+
+// startPrep creates the run's cgroup and, under workspace-write in the
+// namespaces tier, a placeholder for every missing protected name: an
+// empty mode-0 directory the init mounts read-only over, so the command
+// cannot create that name (a planted .git would run code in the user's
+// next host `git status`). Both are undone by finishPrep.
+func startPrep(s Spec, tier Tier) <-chan runPrep {
+	ch := make(chan runPrep, 1)
+	go func() {
+		var p runPrep
+		var wg sync.WaitGroup
+		if tier == TierNamespaces && s.Kind == KindWorkspaceWrite {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.placeholders = createPlaceholders(protectedRoots(s), s.ProtectedNames)
+			}()
+		}
+		p.cg, p.note, p.err = newRunCgroup(s.Limits)
+		wg.Wait()
+		ch <- p
+	}()
+	return ch
+}
+
+// finishPrep kills whatever is left in the cgroup, then removes the
+// placeholders and the cgroup side by side.
+func finishPrep(p runPrep) {
+	if p.cg != nil {
+		p.cg.kill()
+	}
+	var wg sync.WaitGroup
+	if len(p.placeholders) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			removePlaceholders(p.placeholders)
+		}()
+	}
+	if p.cg != nil {
+		p.cg.remove()
+	}
+	wg.Wait()
 }
 
 // killGrace is how long the landlock tier's init gets to kill the command

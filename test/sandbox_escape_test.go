@@ -209,8 +209,9 @@ func TestSandboxEscapeTIOCSTI(t *testing.T) {
 	if err != nil {
 		t.Fatal("script (bsdutils) is required to give execwrap a terminal")
 	}
-	for _, u := range escUsers(t) {
-		t.Run(string(u), func(t *testing.T) {
+	for _, tc := range escTierUsers(t) {
+		u, tier := tc.u, tc.tier
+		t.Run(tier+"/"+string(u), func(t *testing.T) {
 			dir := escDir(t, u)
 			ew, _ := escBins(t)
 			writeScript(t, dir, "inject.pl", `
@@ -221,10 +222,14 @@ print "TIOCSTI:", ($ok ? "worked" : "refused:$!"), "\n";
 open(my $st, "<", "/proc/self/stat"); my @f = split / /, <$st>;
 print "SESSION:", ($f[5] == $$ ? "own" : "caller"), "\n";
 print "TTY:", (-t STDIN ? "yes" : "no"), "\n";
+my $other = 0;
+my $own = readlink("/proc/self/fd/0");
+for my $n (0..63) { my $p = "/dev/pts/$n"; next if $p eq $own or !-e $p; $other++ if open(my $h, ">", $p) or open(my $r, "<", $p); }
+print "OTHER-TTYS:", ($other ? "open" : "closed"), "\n";
 `)
 			// The outer shell reads one line after execwrap returns: an
 			// injected line would be read (and run) by it.
-			inner := ew + " run --network none -- perl ./inject.pl; read -t 2 line; echo \"OUTER-READ:[$line]\"; eval \"$line\""
+			inner := ew + " run --tier " + tier + " --network none -- perl ./inject.pl; read -t 2 line; echo \"OUTER-READ:[$line]\"; eval \"$line\""
 			argv := []string{script, "-qec", inner, "/dev/null"}
 			if u == asNobody {
 				argv = append([]string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"}, argv...)
@@ -247,10 +252,69 @@ print "TTY:", (-t STDIN ? "yes" : "no"), "\n";
 			if strings.Contains(o, "INJECTED-42") {
 				t.Fatalf("TIOCSTI injected a command into the caller's terminal:\n%s", o)
 			}
-			for _, want := range []string{"TIOCSTI:refused", "SESSION:own", "TTY:yes", "OUTER-READ:[]"} {
+			for _, want := range []string{"TIOCSTI:refused", "SESSION:own", "TTY:yes", "OTHER-TTYS:closed", "OUTER-READ:[]"} {
 				if !strings.Contains(o, want) {
 					t.Fatalf("output lacks %q:\n%s", want, o)
 				}
+			}
+		})
+	}
+}
+
+type escTierUser struct {
+	tier string
+	u    escUser
+}
+
+func escTierUsers(t *testing.T) []escTierUser {
+	var out []escTierUser
+	for _, tier := range []string{"namespaces", "landlock"} {
+		for _, u := range escUsers(t) {
+			out = append(out, escTierUser{tier, u})
+		}
+	}
+	return out
+}
+
+// The relayed pty still carries what the user types to the command, which
+// sees a terminal of its own (item 2's relay must not break interactive use).
+func TestSandboxTerminalRelay(t *testing.T) {
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Fatal("script (bsdutils) is required to give execwrap a terminal")
+	}
+	for _, tier := range []string{"namespaces", "landlock"} {
+		t.Run(tier, func(t *testing.T) {
+			dir := sbxDir(t)
+			ew, _ := escBins(t)
+			cmd := exec.Command(script, "-qec", ew+" run --tier "+tier+" --network none -- sh -c 'tty; read x; echo \"GOT-$x\"'", "/dev/null")
+			cmd.Dir = dir
+			cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir, "NETPROXY_HOME=" + dir, "SHELL=/bin/sh", "TERM=dumb"}
+			stdin, _ := cmd.StdinPipe()
+			var out SyncBuffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(15 * time.Second)
+			for !strings.Contains(out.String(), "/dev/pts/") && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			io.WriteString(stdin, "typed-line\n")
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				cmd.Process.Kill()
+				t.Fatalf("no exit:\n%s", out.String())
+			}
+			stdin.Close()
+			if !strings.Contains(out.String(), "GOT-typed-line") {
+				t.Fatalf("typed input did not reach the command:\n%s", out.String())
+			}
+			if tier == "namespaces" && !strings.Contains(out.String(), "/dev/pts/0") {
+				t.Fatalf("the command's terminal is not its own devpts instance's first pty:\n%s", out.String())
 			}
 		})
 	}
