@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,6 +117,18 @@ func (b *bridge) relay(ctx context.Context, client net.Conn, upstream string, ta
 	go pipe(client, up)
 	<-done
 	<-done
+}
+
+// refusedSignal reports connections refused by the admission check
+// (bridge_refused_peers:N), nil when there were none or no bridge.
+func (b *bridge) refusedSignal() []string {
+	if b == nil {
+		return nil
+	}
+	if n := b.rejected.Load(); n > 0 {
+		return []string{"bridge_refused_peers:" + strconv.FormatInt(n, 10)}
+	}
+	return nil
 }
 
 // close stops accepting, tears down live relays and waits for them.

@@ -515,6 +515,7 @@ loop:
 		}
 	}
 	res.TimedOut, res.Stopped = sv.result()
+	res.Signals = append(res.Signals, br.refusedSignal()...)
 	if failure == nil && sv.canceled() {
 		failure = ctx.Err()
 	}
@@ -823,13 +824,16 @@ func runUnsandboxed(ctx context.Context, s Spec) (Result, error) {
 	start := time.Now()
 	res := Result{Tier: TierNone}
 	env := s.Env
-	var tree peerTree
+	var (
+		tree peerTree
+		br   *bridge
+	)
 	if s.Network == NetworkProxied {
 		p, err := s.resolveProxy(ctx)
 		if err != nil {
 			return res, err
 		}
-		br := newBridge()
+		br = newBridge()
 		defer br.close()
 		httpAddr, socksAddr, _, err := hostBridgeListeners(ctx, br, p, &tree)
 		if err != nil {
@@ -875,6 +879,7 @@ func runUnsandboxed(ctx context.Context, s Spec) (Result, error) {
 		_ = unix.Kill(-pgid, unix.SIGKILL) // leftovers of the group
 	}
 	res.TimedOut, res.Stopped = sv.result()
+	res.Signals = append(res.Signals, br.refusedSignal()...)
 	res.Duration = time.Since(start)
 	if res.TimedOut {
 		res.ExitCode, res.Signal = TimeoutExitCode, "SIGKILL"

@@ -513,6 +513,9 @@ func TestSandboxEscapeBridgeLendsIdentity(t *testing.T) {
 			if got.code != 0 || !strings.Contains(got.r.Stdout, Hello) {
 				t.Fatalf("the execution itself could not use its bridge: exit %d %+v", got.code, got.r)
 			}
+			if !slicesContains(got.r.Sandbox.Signals, "bridge_refused_peers:1") {
+				t.Fatalf("the refusal is not reported: %v", got.r.Sandbox.Signals)
+			}
 			if up.Hits() != 1 {
 				t.Fatalf("upstream hits %d, want 1 (the execution's own request)", up.Hits())
 			}
