@@ -266,7 +266,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	// has exited and its output is drained, without waiting for the kernel
 	// to tear the pid and network namespaces down (tens of ms), which the
 	// reaping goroutine absorbs in the background.
-	stdio, err := newStdio(s.Stdin, s.Stdout, s.Stderr, true)
+	stdio, err := newStdio(s.Stdin, s.Stdout, s.Stderr)
 	if err != nil {
 		childEnd.Close()
 		return res, fmt.Errorf("sandbox: stdio: %w", err)

@@ -31,8 +31,6 @@ type stdio struct {
 	relayMu sync.Mutex
 }
 
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
 // passThrough reports whether f may be given to the command as is.
 func passThrough(f *os.File) bool {
 	var st unix.Stat_t
@@ -48,7 +46,8 @@ func passThrough(f *os.File) bool {
 	return false
 }
 
-func newStdio(in io.Reader, out, errw io.Writer, _ bool) (*stdio, error) {
+// newStdio prepares the init's standard files (see stdio).
+func newStdio(in io.Reader, out, errw io.Writer) (*stdio, error) {
 	st := &stdio{done: [2]<-chan struct{}{nil, nil}}
 	fail := func(err error) (*stdio, error) {
 		st.closeChildEnds()
