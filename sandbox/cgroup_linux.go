@@ -246,17 +246,24 @@ func gcStaleCgroups(parent string) {
 	}
 }
 
-// add moves pid (the run's init, before it starts the command) in.
-func (c *runCgroup) add(pid int) error {
+// openProcs opens every cgroup.procs of the run for writing (close-on-exec)
+// so the init can join the cgroups itself.
+func (c *runCgroup) openProcs() ([]int, error) {
+	var fds []int
 	for _, d := range append([]string{c.v2}, c.v1...) {
 		if d == "" {
 			continue
 		}
-		if err := writeCgroupFile(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
-			return err
+		fd, err := unix.Open(filepath.Join(d, "cgroup.procs"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			for _, f := range fds {
+				unix.Close(f)
+			}
+			return nil, fmt.Errorf("cgroup %s: %w", d, err)
 		}
+		fds = append(fds, fd)
 	}
-	return nil
+	return fds, nil
 }
 
 // kill SIGKILLs every process of the run, wherever it moved in its session

@@ -24,7 +24,7 @@ const (
 	msgBridgeReady = "bridge_ready" // parent → init
 	msgSetup       = "setup"        // init → parent: landlock ABI, notes
 	msgStarted     = "started"      // init → parent
-	msgExited      = "exited"       // init → parent
+	msgExited      = "exited"       // init → parent (namespaces tier: no other process of the sandbox is left)
 	msgSetupFailed = "setup_failed" // init → parent
 	msgPTY         = "pty"          // init → parent, with the pty master fd
 	msgKill        = "kill"         // parent → init: kill the command and every descendant
@@ -48,6 +48,10 @@ type initConfig struct {
 	// RequireLandlock fails the setup when Landlock is unavailable (a root
 	// caller without --allow-degraded).
 	RequireLandlock bool `json:"require_landlock,omitempty"`
+	// CgroupFDs is the number of cgroup.procs files (open for writing)
+	// that come with the config message; the init joins them before it
+	// starts the command.
+	CgroupFDs int `json:"cgroup_fds,omitempty"`
 	// PTY asks the init for a terminal of its own for the command's stdin.
 	PTY *ptyConfig `json:"pty,omitempty"`
 }

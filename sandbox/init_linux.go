@@ -29,16 +29,16 @@ func InitMain() int {
 	_ = unix.CloseRange(ctlInitFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	ctl := ctlInitFD
 	m, fds, err := ctlRecv(ctl)
-	for _, f := range fds {
-		unix.Close(f)
-	}
-	if err != nil || m.Type != msgConfig || m.Config == nil {
+	if err != nil || m.Type != msgConfig || m.Config == nil || len(fds) != m.Config.CgroupFDs {
+		for _, f := range fds {
+			unix.Close(f)
+		}
 		fmt.Fprintf(os.Stderr, "execwrap __sandbox-init: no config on fd 3 (%v); this command is internal to execwrap run\n", err)
 		return 125
 	}
 	unix.CloseOnExec(ctl)
 	cfg := m.Config
-	code, err := initRun(ctl, cfg)
+	code, err := initRun(ctl, cfg, fds)
 	if err != nil {
 		var se *stepError
 		step := "setup"
@@ -51,7 +51,7 @@ func InitMain() int {
 	return code
 }
 
-func initRun(ctl int, cfg *initConfig) (int, error) {
+func initRun(ctl int, cfg *initConfig, cgroupProcs []int) (int, error) {
 	var notes []string
 	if cfg.Tier == TierNamespaces {
 		plan, err := planMounts(cfg, pathExists)
@@ -154,9 +154,22 @@ func initRun(ctl int, cfg *initConfig) (int, error) {
 	if err := installSeccomp(filter); err != nil {
 		return 0, stepErr("seccomp", err)
 	}
+	// Join the run's cgroups only now, right before the command starts:
+	// the setup's own page faults are not charged to a fresh memory
+	// cgroup (milliseconds on v1), and the command is inside from its
+	// first instruction. The parent opened the cgroup.procs files; "0"
+	// moves the writing process.
+	for _, fd := range cgroupProcs {
+		_, err := unix.Write(fd, []byte("0"))
+		unix.Close(fd)
+		if err != nil {
+			return 0, stepErr("join_cgroup", err)
+		}
+	}
 	if err := ctlSend(ctl, ctlMsg{Type: msgSetup, LandlockABI: abi, Notes: notes}); err != nil {
 		return 0, stepErr("report_setup", err)
 	}
+
 	return superviseCommand(ctl, cfg, stdin)
 }
 
@@ -301,6 +314,8 @@ func superviseCommand(ctl int, cfg *initConfig, stdin int) (int, error) {
 		}
 		if cfg.Tier == TierLandlock {
 			killDescendants(true)
+		} else {
+			killNamespace()
 		}
 		_ = ctlSend(ctl, ctlMsg{Type: msgExited, Code: code, Signal: sig})
 		return code, nil
@@ -330,6 +345,28 @@ func killDescendants(reap bool) {
 			if p, _ := unix.Wait4(-1, &ws, unix.WNOHANG, nil); p <= 0 {
 				break
 			}
+		}
+	}
+}
+
+// killNamespace kills and reaps every other process of this pid namespace
+// (the init is its pid 1), so that when `exited` is reported nothing of the
+// sandbox runs any more: the parent may then remove the placeholders.
+func killNamespace() {
+	for range 16 {
+		_ = unix.Kill(-1, unix.SIGKILL) // pid 1: every process of the namespace but itself
+		for {
+			var ws unix.WaitStatus
+			_, err := unix.Wait4(-1, &ws, 0, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil { // ECHILD: none left
+				break
+			}
+		}
+		if err := unix.Kill(-1, 0); errors.Is(err, unix.ESRCH) {
+			return
 		}
 	}
 }

@@ -280,6 +280,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	var (
 		cg               *runCgroup
 		prepPlaceholders []string
+		cleanExit        bool // the init reported exited: it is the only process left
 	)
 	reaped := make(chan struct{})
 	var reapOnce sync.Once
@@ -300,21 +301,17 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		if !prepTaken {
 			prepPlaceholders = takePrep().placeholders
 		}
-		// A placeholder goes only once the sandbox's mount namespace is
-		// gone, i.e. the init (pid 1 of the namespaces, whose exit kills
-		// the rest) is reaped: nothing of the run can then create the
-		// name, and the rmdir does not have to detach a mount from a live
-		// namespace (an RCU grace period each). The init exits on its own
-		// right after the command; this wait is the namespace teardown.
-		if len(prepPlaceholders) > 0 && cmd.Process != nil {
+		// A placeholder goes only when nothing of the run can create the
+		// name any more: the init reports `exited` only after it killed
+		// and reaped every other process of its pid namespace (it is the
+		// last one, and it runs no command code); otherwise (a failed or
+		// killed run) the init must be reaped first, whose exit takes the
+		// rest of the pid namespace with it.
+		if len(prepPlaceholders) > 0 && cmd.Process != nil && !cleanExit {
+			_ = cmd.Process.Kill()
 			select {
 			case <-reaped:
-			case <-time.After(100 * time.Millisecond):
-				_ = cmd.Process.Kill()
-				select {
-				case <-reaped:
-				case <-time.After(2 * time.Second):
-				}
+			case <-time.After(2 * time.Second):
 			}
 		}
 		finishPrep(runPrep{cg: cg, placeholders: prepPlaceholders})
@@ -361,19 +358,31 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 			cg.kill()
 		}
 		if tier == TierLandlock {
+			// Read by the init once the command runs (queued until then;
+			// before it, the backstop kills the init, nothing else exists).
 			_ = ctlSend(parentFD, ctlMsg{Type: msgKill})
 			return
 		}
 		_ = cmd.Process.Kill()
 	}
+	// The init joins the cgroups itself right before it starts the command
+	// (init_linux.go), through these files.
+	var procFDs []int
 	if cg != nil {
-		if err := cg.add(cmd.Process.Pid); err != nil {
+		fds, err := cg.openProcs()
+		if err != nil {
 			_ = cmd.Process.Kill()
 			_ = waitInit()
 			return res, fmt.Errorf("sandbox: %w", err)
 		}
+		procFDs = fds
+		cfg.CgroupFDs = len(fds)
 	}
-	if err := ctlSend(parentFD, ctlMsg{Type: msgConfig, Config: cfg}); err != nil {
+	err = ctlSend(parentFD, ctlMsg{Type: msgConfig, Config: cfg}, procFDs...)
+	for _, fd := range procFDs {
+		unix.Close(fd)
+	}
+	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = waitInit()
 		return res, fmt.Errorf("sandbox: send config: %w", err)
@@ -488,9 +497,11 @@ loop:
 			case msgSetup:
 				res.LandlockABI = r.m.LandlockABI
 				res.Signals = append(res.Signals, r.m.Notes...)
+
 			case msgExited:
 				m := r.m
 				exited = &m
+				cleanExit = tier == TierNamespaces
 			case msgSetupFailed:
 				m := r.m
 				setupFail = &m
