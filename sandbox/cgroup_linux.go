@@ -246,20 +246,38 @@ func gcStaleCgroups(parent string) {
 	}
 }
 
-// openProcs opens every cgroup.procs of the run for writing (close-on-exec)
-// so the init can join the cgroups itself.
-func (c *runCgroup) openProcs() ([]int, error) {
+// v2DirFD opens the v2 cgroup directory for CLONE_INTO_CGROUP (-1: none).
+func (c *runCgroup) v2DirFD() int {
+	if c == nil || c.v2 == "" {
+		return -1
+	}
+	fd, err := unix.Open(c.v2, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return fd
+}
+
+// openJoinFiles opens, for the init to write "0" to: the `tasks` file of
+// every v1 cgroup (moving only the writing thread — the one that forks the
+// command — takes no global lock, unlike cgroup.procs) and, with v2, the
+// v2 cgroup.procs. All close-on-exec.
+func (c *runCgroup) openJoinFiles(v2 bool) ([]int, error) {
+	var paths []string
+	if v2 && c.v2 != "" {
+		paths = append(paths, filepath.Join(c.v2, "cgroup.procs"))
+	}
+	for _, d := range c.v1 {
+		paths = append(paths, filepath.Join(d, "tasks"))
+	}
 	var fds []int
-	for _, d := range append([]string{c.v2}, c.v1...) {
-		if d == "" {
-			continue
-		}
-		fd, err := unix.Open(filepath.Join(d, "cgroup.procs"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	for _, p := range paths {
+		fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			for _, f := range fds {
 				unix.Close(f)
 			}
-			return nil, fmt.Errorf("cgroup %s: %w", d, err)
+			return nil, fmt.Errorf("cgroup %s: %w", p, err)
 		}
 		fds = append(fds, fd)
 	}

@@ -28,6 +28,7 @@ const (
 	msgSetupFailed = "setup_failed" // init → parent
 	msgPTY         = "pty"          // init → parent, with the pty master fd
 	msgKill        = "kill"         // parent → init: kill the command and every descendant
+	msgPrepared    = "prepared"     // parent → init: the placeholders exist
 )
 
 // initConfig is what the init needs; it never carries a token.
@@ -48,6 +49,9 @@ type initConfig struct {
 	// RequireLandlock fails the setup when Landlock is unavailable (a root
 	// caller without --allow-degraded).
 	RequireLandlock bool `json:"require_landlock,omitempty"`
+	// AwaitPrepared: the init waits for msgPrepared (the placeholders for
+	// missing protected names exist) before it protects the names.
+	AwaitPrepared bool `json:"await_prepared,omitempty"`
 	// CgroupFDs is the number of cgroup.procs files (open for writing)
 	// that come with the config message; the init joins them before it
 	// starts the command.

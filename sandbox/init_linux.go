@@ -58,7 +58,20 @@ func initRun(ctl int, cfg *initConfig, cgroupProcs []int) (int, error) {
 		if err != nil {
 			return 0, stepErr("mount_plan", err)
 		}
-		n, err := applyMounts(plan)
+		var prepared func() error
+		if cfg.AwaitPrepared {
+			prepared = func() error {
+				r, fds, err := ctlRecv(ctl)
+				for _, f := range fds {
+					unix.Close(f)
+				}
+				if err == nil && r.Type != msgPrepared {
+					err = fmt.Errorf("unexpected %q", r.Type)
+				}
+				return err
+			}
+		}
+		n, err := applyMounts(plan, prepared)
 		if err != nil {
 			return 0, err
 		}
@@ -156,9 +169,10 @@ func initRun(ctl int, cfg *initConfig, cgroupProcs []int) (int, error) {
 	}
 	// Join the run's cgroups only now, right before the command starts:
 	// the setup's own page faults are not charged to a fresh memory
-	// cgroup (milliseconds on v1), and the command is inside from its
-	// first instruction. The parent opened the cgroup.procs files; "0"
-	// moves the writing process.
+	// cgroup, and the command is inside from its first instruction. The
+	// parent opened the files: v1 `tasks` ("0" moves this thread, the one
+	// that forks the command; no global lock) and, when the init was not
+	// cloned into the v2 cgroup, the v2 cgroup.procs.
 	for _, fd := range cgroupProcs {
 		_, err := unix.Write(fd, []byte("0"))
 		unix.Close(fd)

@@ -278,7 +278,6 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	// the init starts (both are filesystem work that would otherwise add to
 	// the start-up); the config, and so the command, waits for them.
 	var (
-		cg               *runCgroup
 		prepPlaceholders []string
 		cleanExit        bool // the init reported exited: it is the only process left
 	)
@@ -289,12 +288,21 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		reapOnce.Do(func() { close(reaped) })
 		return err
 	}
+	// The cgroup first (the init is cloned into it), then the
+	// placeholders while the init starts.
+	cg, cgNote, err := newRunCgroup(s.Limits)
+	if err != nil {
+		childEnd.Close()
+		return res, fmt.Errorf("sandbox: cgroup: %w", err)
+	}
+	if cgNote != "" {
+		res.Signals = append(res.Signals, strings.Split(cgNote, ",")...)
+	}
 	prepCh := startPrep(s, tier)
 	prepTaken := false
 	takePrep := func() runPrep {
 		p := <-prepCh
 		prepTaken = true
-		cg = p.cg
 		return p
 	}
 	defer func() {
@@ -326,7 +334,29 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 			restoreDumpable = func() { _ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) }
 		}
 	}
-	err = cmd.Start()
+	// CLONE_INTO_CGROUP: born in the run's v2 cgroup, no migration (a
+	// cgroup.procs write takes a global lock whose write side waits for an
+	// RCU grace period, milliseconds under load). A seccomp profile that
+	// refuses clone3 (Docker's) leaves the join to the init.
+	joinV2 := false
+	if dirFD := cg.v2DirFD(); dirFD >= 0 {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, dirFD
+		err = cmd.Start()
+		unix.Close(dirFD)
+		if err != nil && cmd.Process == nil && errors.Is(err, unix.ENOSYS) {
+			// An exec.Cmd starts once: retry with a copy.
+			retry := &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, ExtraFiles: cmd.ExtraFiles,
+				WaitDelay: cmd.WaitDelay, Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr}
+			sys := *cmd.SysProcAttr
+			sys.UseCgroupFD, sys.CgroupFD = false, 0
+			retry.SysProcAttr = &sys
+			cmd = retry
+			joinV2 = true
+			err = cmd.Start()
+		}
+	} else {
+		err = cmd.Start()
+	}
 	restoreDumpable()
 	if err != nil {
 		childEnd.Close()
@@ -338,16 +368,6 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	childEnd.Close()
 	stdio.closeChildEnds()
 	tree.set(cmd.Process.Pid)
-	prep := takePrep()
-	prepPlaceholders = prep.placeholders
-	if prep.err != nil {
-		_ = cmd.Process.Kill()
-		_ = waitInit()
-		return res, fmt.Errorf("sandbox: cgroup: %w", prep.err)
-	}
-	if prep.note != "" {
-		res.Signals = append(res.Signals, strings.Split(prep.note, ",")...)
-	}
 	// The landlock tier has no pid namespace: the init kills the command
 	// and every descendant it adopted when asked (or when this side of
 	// the channel closes); the cgroup, where there is one, is the sure
@@ -365,11 +385,12 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		}
 		_ = cmd.Process.Kill()
 	}
-	// The init joins the cgroups itself right before it starts the command
-	// (init_linux.go), through these files.
+	// The init joins the v1 cgroups (and the v2 one when it was not born
+	// there) itself right before it starts the command (init_linux.go),
+	// through these files.
 	var procFDs []int
 	if cg != nil {
-		fds, err := cg.openProcs()
+		fds, err := cg.openJoinFiles(joinV2)
 		if err != nil {
 			_ = cmd.Process.Kill()
 			_ = waitInit()
@@ -378,9 +399,16 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		procFDs = fds
 		cfg.CgroupFDs = len(fds)
 	}
+	cfg.AwaitPrepared = cfg.Tier == TierNamespaces && s.Kind == KindWorkspaceWrite
 	err = ctlSend(parentFD, ctlMsg{Type: msgConfig, Config: cfg}, procFDs...)
 	for _, fd := range procFDs {
 		unix.Close(fd)
+	}
+	if err == nil && cfg.AwaitPrepared {
+		// The init builds its mounts meanwhile and waits for this only
+		// before it protects the names.
+		prepPlaceholders = takePrep().placeholders
+		err = ctlSend(parentFD, ctlMsg{Type: msgPrepared})
 	}
 	if err != nil {
 		_ = cmd.Process.Kill()
@@ -552,32 +580,21 @@ loop:
 // runPrep is the filesystem work done while the init starts.
 type runPrep struct {
 	cg           *runCgroup
-	note         string
-	err          error
 	placeholders []string
 }
 
-// startPrep creates the run's cgroup and, under workspace-write in the
-// namespaces tier, a placeholder for every missing protected name: an
-// empty mode-0 directory the init mounts read-only over, so the command
-// cannot create that name (a planted .git would run code in the user's
-// next host `git status`). Both are undone by finishPrep.
+// startPrep creates, under workspace-write in the namespaces tier, a
+// placeholder for every missing protected name: an empty mode-0 directory
+// the init mounts read-only over, so the command cannot create that name
+// (a planted .git would run code in the user's next host `git status`).
+// finishPrep removes them.
 func startPrep(s Spec, tier Tier) <-chan runPrep {
 	ch := make(chan runPrep, 1)
-	go func() {
-		var p runPrep
-		var wg sync.WaitGroup
-		if tier == TierNamespaces && s.Kind == KindWorkspaceWrite {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				p.placeholders = createPlaceholders(protectedRoots(s), s.ProtectedNames)
-			}()
-		}
-		p.cg, p.note, p.err = newRunCgroup(s.Limits)
-		wg.Wait()
-		ch <- p
-	}()
+	if tier != TierNamespaces || s.Kind != KindWorkspaceWrite {
+		ch <- runPrep{}
+		return ch
+	}
+	go func() { ch <- runPrep{placeholders: createPlaceholders(protectedRoots(s), s.ProtectedNames)} }()
 	return ch
 }
 

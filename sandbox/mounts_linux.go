@@ -27,7 +27,9 @@ func stepErr(step string, err error) error {
 
 // applyMounts builds the filesystem view (reference sandbox.md §3.2 step 1)
 // and returns setup notes.
-func applyMounts(p mountPlan) (notes []string, err error) {
+// prepared, when non-nil, is called before the protected names are bound:
+// it waits until the parent has created the placeholders.
+func applyMounts(p mountPlan, prepared func() error) (notes []string, err error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return nil, stepErr("mount_private_root", err)
 	}
@@ -80,6 +82,11 @@ func applyMounts(p mountPlan) (notes []string, err error) {
 		}
 		if err := unix.MoveMount(c.fd, "", unix.AT_FDCWD, c.Path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 			return nil, stepErr("move_mount "+c.Path, err)
+		}
+	}
+	if prepared != nil {
+		if err := prepared(); err != nil {
+			return nil, stepErr("await_prepared", err)
 		}
 	}
 	for _, root := range p.ProtectedRoots {

@@ -411,6 +411,9 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 	if code != 0 {
 		fmt.Fprintln(stdout, "\nexecwrap cannot sandbox on this host: enable unprivileged user namespaces or use a kernel with Landlock ABI >= 4.")
 	}
+	if rep.LandlockABI == 0 && rep.EUID == 0 {
+		fmt.Fprintln(stdout, "\nLandlock is unavailable and you are root: `execwrap run` fails closed unless given --allow-degraded (namespaces, mounts, caps and seccomp without Landlock).")
+	}
 	return code
 }
 
