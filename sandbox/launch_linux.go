@@ -280,6 +280,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	var (
 		prepPlaceholders []string
 		cleanExit        bool // the init reported exited: it is the only process left
+		earlyRemoval     chan struct{}
 	)
 	reaped := make(chan struct{})
 	var reapOnce sync.Once
@@ -321,6 +322,10 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 			case <-reaped:
 			case <-time.After(2 * time.Second):
 			}
+		}
+		if earlyRemoval != nil {
+			<-earlyRemoval // started at `exited`
+			prepPlaceholders = nil
 		}
 		finishPrep(runPrep{cg: cg, placeholders: prepPlaceholders})
 	}()
@@ -530,6 +535,15 @@ loop:
 				m := r.m
 				exited = &m
 				cleanExit = tier == TierNamespaces
+				if cleanExit && len(prepPlaceholders) > 0 && earlyRemoval == nil {
+					// Nothing of the sandbox runs any more: overlap the
+					// removal with the output drain.
+					earlyRemoval = make(chan struct{})
+					go func(ph []string) {
+						defer close(earlyRemoval)
+						removePlaceholders(ph)
+					}(prepPlaceholders)
+				}
 			case msgSetupFailed:
 				m := r.m
 				setupFail = &m
