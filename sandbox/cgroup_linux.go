@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -43,31 +42,36 @@ type cgroupHierarchy struct {
 
 // hostCgroups reads /proc/self/cgroup and /proc/self/mountinfo.
 func hostCgroups() ([]cgroupHierarchy, error) {
-	own := map[string]string{} // "" for v2, else the v1 controller list
-	b, err := os.ReadFile("/proc/self/cgroup")
+	own, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return nil, err
 	}
-	for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	return parseCgroupHierarchies(string(own), string(mi)), nil
+}
+
+// parseCgroupHierarchies pairs the lines of /proc/self/cgroup with the
+// cgroup mounts of /proc/self/mountinfo: the v2 hierarchy and every v1
+// hierarchy carrying pids or memory, each with execwrap's own directory.
+func parseCgroupHierarchies(cgroupFile, mountinfo string) []cgroupHierarchy {
+	own := map[string]string{} // "" for v2, else the v1 controller list
+	for line := range strings.SplitSeq(strings.TrimSpace(cgroupFile), "\n") {
 		parts := strings.SplitN(line, ":", 3)
-		if len(parts) == 3 {
+		if len(parts) == 3 && strings.HasPrefix(parts[2], "/") {
 			own[parts[1]] = parts[2]
 		}
 	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var hs []cgroupHierarchy
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
+	for line := range strings.SplitSeq(mountinfo, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
 		if !ok {
 			continue
 		}
 		pf, qf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) < 5 || len(qf) < 3 {
+		if len(pf) < 5 || len(qf) < 3 || !strings.HasPrefix(pf[4], "/") {
 			continue
 		}
 		root, mnt := pf[3], pf[4]
@@ -90,7 +94,7 @@ func hostCgroups() ([]cgroupHierarchy, error) {
 			}
 		}
 	}
-	return hs, sc.Err()
+	return hs
 }
 
 func containsAll(have, want []string) bool {
