@@ -159,7 +159,11 @@ func (s *stdio) startPTY(masterFD int) (<-chan struct{}, error) {
 		return nil, err
 	}
 	r.wakeR, r.wakeW = p[0], p[1]
-	if t, err := unix.IoctlGetTermios(r.ttyFD, unix.TCGETS); err == nil {
+	// A background job must neither change the terminal's settings nor
+	// read it (SIGTTOU/SIGTTIN would stop execwrap): it relays output only.
+	fg, ferr := unix.IoctlGetInt(r.ttyFD, unix.TIOCGPGRP)
+	foreground := ferr == nil && fg == unix.Getpgrp()
+	if t, err := unix.IoctlGetTermios(r.ttyFD, unix.TCGETS); err == nil && foreground {
 		r.saved = t
 		raw := *t
 		// Raw input (the pty's line discipline does the editing, echo and
@@ -182,7 +186,9 @@ func (s *stdio) startPTY(masterFD int) (<-chan struct{}, error) {
 	}()
 	go func() { // caller's terminal → command
 		defer r.wg.Done()
-		r.copyIn()
+		if foreground {
+			r.copyIn()
+		}
 	}()
 	r.winch = make(chan os.Signal, 1)
 	signal.Notify(r.winch, unix.SIGWINCH)
