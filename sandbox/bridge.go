@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,6 +19,8 @@ type bridge struct {
 	mu    sync.Mutex
 	lns   []net.Listener
 	conns map[net.Conn]struct{}
+	// rejected counts connections refused by an admission check.
+	rejected atomic.Int64
 }
 
 func newBridge() *bridge {
@@ -26,6 +30,12 @@ func newBridge() *bridge {
 // serve accepts on l until it is closed and relays each connection to
 // upstream (a netproxy listener address) with target's token and dialer.
 func (b *bridge) serve(ctx context.Context, l net.Listener, upstream string, target *ProxyTarget) {
+	b.serveFiltered(ctx, l, upstream, target, nil)
+}
+
+// serveFiltered is serve with an admission check: a connection for which
+// admit returns false is closed before anything is dialled or framed.
+func (b *bridge) serveFiltered(ctx context.Context, l net.Listener, upstream string, target *ProxyTarget, admit func(net.Conn) bool) {
 	b.mu.Lock()
 	b.lns = append(b.lns, l)
 	b.mu.Unlock()
@@ -48,6 +58,11 @@ func (b *bridge) serve(ctx context.Context, l net.Listener, upstream string, tar
 			b.wg.Add(1)
 			go func() {
 				defer b.wg.Done()
+				if admit != nil && !admit(c) {
+					b.rejected.Add(1)
+					c.Close()
+					return
+				}
 				b.relay(ctx, c, upstream, target)
 			}()
 		}
@@ -102,6 +117,18 @@ func (b *bridge) relay(ctx context.Context, client net.Conn, upstream string, ta
 	go pipe(client, up)
 	<-done
 	<-done
+}
+
+// refusedSignal reports connections refused by the admission check
+// (bridge_refused_peers:N), nil when there were none or no bridge.
+func (b *bridge) refusedSignal() []string {
+	if b == nil {
+		return nil
+	}
+	if n := b.rejected.Load(); n > 0 {
+		return []string{"bridge_refused_peers:" + strconv.FormatInt(n, 10)}
+	}
+	return nil
 }
 
 // close stops accepting, tears down live relays and waits for them.

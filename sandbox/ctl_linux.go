@@ -24,8 +24,11 @@ const (
 	msgBridgeReady = "bridge_ready" // parent → init
 	msgSetup       = "setup"        // init → parent: landlock ABI, notes
 	msgStarted     = "started"      // init → parent
-	msgExited      = "exited"       // init → parent
+	msgExited      = "exited"       // init → parent (namespaces tier: no other process of the sandbox is left)
 	msgSetupFailed = "setup_failed" // init → parent
+	msgPTY         = "pty"          // init → parent, with the pty master fd
+	msgKill        = "kill"         // parent → init: kill the command and every descendant
+	msgPrepared    = "prepared"     // parent → init: the placeholders exist
 )
 
 // initConfig is what the init needs; it never carries a token.
@@ -41,7 +44,27 @@ type initConfig struct {
 	Listeners      []listenerConfig `json:"listeners,omitempty"`
 	ConnectPorts   []uint16         `json:"connect_ports,omitempty"` // landlock tier
 	PrivateTmp     string           `json:"private_tmp,omitempty"`   // landlock tier
-	Setpgid        bool             `json:"setpgid"`
+	// TmpfsSize is size= for /tmp, /run and /dev/shm ("" → kernel default).
+	TmpfsSize string `json:"tmpfs_size,omitempty"`
+	// RequireLandlock fails the setup when Landlock is unavailable (a root
+	// caller without --allow-degraded).
+	RequireLandlock bool `json:"require_landlock,omitempty"`
+	// AwaitPrepared: the init waits for msgPrepared (the placeholders for
+	// missing protected names exist) before it protects the names.
+	AwaitPrepared bool `json:"await_prepared,omitempty"`
+	// CgroupFDs is the number of cgroup.procs files (open for writing)
+	// that come with the config message; the init joins them before it
+	// starts the command.
+	CgroupFDs int `json:"cgroup_fds,omitempty"`
+	// PTY asks the init for a terminal of its own for the command's stdin.
+	PTY *ptyConfig `json:"pty,omitempty"`
+}
+
+// ptyConfig is the caller's terminal state copied onto the command's pty.
+type ptyConfig struct {
+	Termios unix.Termios `json:"termios"`
+	Rows    uint16       `json:"rows"`
+	Cols    uint16       `json:"cols"`
 }
 
 type listenerConfig struct {

@@ -2,12 +2,17 @@
 // is netproxy (SPEC §6.4, reference sandbox.md §3).
 //
 // It owns: the parent side (Run: clone the re-exec init into user, mount, pid,
-// net, ipc and uts namespaces, relay the in-sandbox loopback listeners to
-// netproxy writing the attribution frame first, enforce the timeout, forward
-// signals) and the child side (InitMain: read-only root, writable roots,
-// private /tmp /run /dev/shm, fresh /proc, protected sub-paths, capability
-// drop and verification, no_new_privs, Landlock, seccomp, then run the command
-// as pid 2 and reap). It also classifies sandbox denials (ClassifyDenial) and
+// net, ipc and uts namespaces, put it in a cgroup of the run's own with pids
+// and memory limits, relay the in-sandbox loopback listeners to netproxy
+// writing the attribution frame first — a host-side listener only for the
+// execution's own process tree — relay a terminal through the init's pty,
+// hand host files in as pipes, enforce the timeout, forward signals) and the
+// child side (InitMain: read-only root, writable roots, a minimal /dev with a
+// new devpts instance, sized private /tmp /run /dev/shm, fresh /proc,
+// protected sub-paths including placeholders for missing ones, a new
+// anonymous session keyring, capability drop and verification,
+// no_new_privs, Landlock, seccomp, then run the command as pid 2 in a new
+// session and reap). It also classifies sandbox denials (ClassifyDenial) and
 // probes what the host supports (Probe, for `execwrap doctor`).
 //
 // It must never: pass the attribution token (or any netproxy credential) into

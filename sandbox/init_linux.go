@@ -7,8 +7,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,16 +29,16 @@ func InitMain() int {
 	_ = unix.CloseRange(ctlInitFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	ctl := ctlInitFD
 	m, fds, err := ctlRecv(ctl)
-	for _, f := range fds {
-		unix.Close(f)
-	}
-	if err != nil || m.Type != msgConfig || m.Config == nil {
+	if err != nil || m.Type != msgConfig || m.Config == nil || len(fds) != m.Config.CgroupFDs {
+		for _, f := range fds {
+			unix.Close(f)
+		}
 		fmt.Fprintf(os.Stderr, "execwrap __sandbox-init: no config on fd 3 (%v); this command is internal to execwrap run\n", err)
 		return 125
 	}
 	unix.CloseOnExec(ctl)
 	cfg := m.Config
-	code, err := initRun(ctl, cfg)
+	code, err := initRun(ctl, cfg, fds)
 	if err != nil {
 		var se *stepError
 		step := "setup"
@@ -49,14 +51,27 @@ func InitMain() int {
 	return code
 }
 
-func initRun(ctl int, cfg *initConfig) (int, error) {
+func initRun(ctl int, cfg *initConfig, cgroupProcs []int) (int, error) {
 	var notes []string
 	if cfg.Tier == TierNamespaces {
 		plan, err := planMounts(cfg, pathExists)
 		if err != nil {
 			return 0, stepErr("mount_plan", err)
 		}
-		n, err := applyMounts(plan)
+		var prepared func() error
+		if cfg.AwaitPrepared {
+			prepared = func() error {
+				r, fds, err := ctlRecv(ctl)
+				for _, f := range fds {
+					unix.Close(f)
+				}
+				if err == nil && r.Type != msgPrepared {
+					err = fmt.Errorf("unexpected %q", r.Type)
+				}
+				return err
+			}
+		}
+		n, err := applyMounts(plan, prepared)
 		if err != nil {
 			return 0, err
 		}
@@ -89,6 +104,29 @@ func initRun(ctl int, cfg *initConfig) (int, error) {
 		// Landlock tier: no pid namespace, so adopt orphans to kill them.
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	}
+	stdin, ownPTY := -1, ""
+	if cfg.PTY != nil {
+		// After the mounts: in the namespaces tier /dev/ptmx is the
+		// sandbox's own devpts instance, so the command's terminal is
+		// /dev/pts/0 there and ttyname() works.
+		master, slave, err := openPTY(cfg.PTY)
+		if err != nil {
+			return 0, stepErr("pty", err)
+		}
+		if n, err := unix.IoctlGetUint32(master, unix.TIOCGPTN); err == nil {
+			ownPTY = fmt.Sprintf("/dev/pts/%d", n)
+		}
+		err = ctlSend(ctl, ctlMsg{Type: msgPTY}, master)
+		unix.Close(master)
+		if err != nil {
+			unix.Close(slave)
+			return 0, stepErr("send_pty", err)
+		}
+		stdin = slave
+	}
+	if err := joinAnonymousSessionKeyring(); err != nil {
+		return 0, stepErr("session_keyring", err)
+	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return 0, stepErr("set_nondumpable", err)
 	}
@@ -105,12 +143,20 @@ func initRun(ctl int, cfg *initConfig) (int, error) {
 	} else {
 		ll.RWDirs = append(ll.RWDirs, cfg.PrivateTmp)
 		ll.HandleNet, ll.ConnectPorts, ll.Required, ll.MinABI = true, cfg.ConnectPorts, true, 4
+		// No private /dev here: Landlock grants only the usual nodes and
+		// the command's own pty, never the host's other terminals.
+		ll.HostDev, ll.OwnPTY = true, ownPTY
 	}
 	abi, err := applyLandlock(ll)
 	if err != nil {
 		return 0, stepErr("landlock", err)
 	}
 	if abi == 0 {
+		if cfg.RequireLandlock {
+			return 0, stepErr("landlock", errors.New("Landlock is unavailable on this kernel and the caller is root: "+
+				"the namespaces alone would leave root's other open paths (/proc/self/fd re-opens, host mounts) unconfined; "+
+				"failing closed. Pass --allow-degraded to run without Landlock"))
+		}
 		notes = append(notes, "landlock_unavailable")
 	}
 	filter := FilterOptions{AllowInet: true}
@@ -121,15 +167,78 @@ func initRun(ctl int, cfg *initConfig) (int, error) {
 	if err := installSeccomp(filter); err != nil {
 		return 0, stepErr("seccomp", err)
 	}
+	// Join the run's cgroups only now, right before the command starts:
+	// the setup's own page faults are not charged to a fresh memory
+	// cgroup, and the command is inside from its first instruction. The
+	// parent opened the files: v1 `tasks` ("0" moves this thread, the one
+	// that forks the command; no global lock) and, when the init was not
+	// cloned into the v2 cgroup, the v2 cgroup.procs.
+	for _, fd := range cgroupProcs {
+		_, err := unix.Write(fd, []byte("0"))
+		unix.Close(fd)
+		if err != nil {
+			return 0, stepErr("join_cgroup", err)
+		}
+	}
 	if err := ctlSend(ctl, ctlMsg{Type: msgSetup, LandlockABI: abi, Notes: notes}); err != nil {
 		return 0, stepErr("report_setup", err)
 	}
-	return superviseCommand(ctl, cfg)
+
+	return superviseCommand(ctl, cfg, stdin)
+}
+
+// openPTY opens a new pty pair (close-on-exec) and gives the slave the
+// caller's terminal settings and size.
+func openPTY(pc *ptyConfig) (master, slave int, err error) {
+	master, err = unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("open /dev/ptmx: %w", err)
+	}
+	if err := unix.IoctlSetPointerInt(master, unix.TIOCSPTLCK, 0); err != nil {
+		unix.Close(master)
+		return -1, -1, fmt.Errorf("unlockpt: %w", err)
+	}
+	slave, err = ptyPeer(master)
+	if err != nil {
+		unix.Close(master)
+		return -1, -1, fmt.Errorf("TIOCGPTPEER: %w", err)
+	}
+	_ = unix.IoctlSetTermios(slave, unix.TCSETS, &pc.Termios)
+	if pc.Rows > 0 && pc.Cols > 0 {
+		_ = unix.IoctlSetWinsize(slave, unix.TIOCSWINSZ, &unix.Winsize{Row: pc.Rows, Col: pc.Cols})
+	}
+	return master, slave, nil
+}
+
+// ptyPeer opens the slave of master through TIOCGPTPEER (no path lookup,
+// so no race with the devpts instance's names).
+func ptyPeer(master int) (int, error) {
+	fd, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(master), unix.TIOCGPTPEER, uintptr(unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC))
+	if e != 0 {
+		return -1, e
+	}
+	return int(fd), nil
+}
+
+// joinAnonymousSessionKeyring gives this thread (and so the command) a new,
+// empty, unnamed session keyring instead of the caller's. The name must be
+// NULL: an empty string would name a keyring that other processes can join.
+// seccomp then refuses every keyring syscall; this covers what is already
+// reachable through inherited credentials (/proc/keys, request_key helpers).
+func joinAnonymousSessionKeyring() error {
+	_, _, e := unix.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0)
+	if e == 0 || e == unix.ENOSYS { // ENOSYS: no keyrings in this kernel at all
+		return nil
+	}
+	return e
 }
 
 // superviseCommand starts the command from the locked thread, forwards
 // signals to it and reaps every child until it exits.
-func superviseCommand(ctl int, cfg *initConfig) (int, error) {
+// The command always starts a new session (setsid): it never shares the
+// caller's controlling terminal. With a pty (stdin >= 0) that pty becomes
+// its stdin and controlling terminal.
+func superviseCommand(ctl int, cfg *initConfig, stdin int) (int, error) {
 	path, err := lookPath(cfg.Argv[0], cfg.Env)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "execwrap: %v\n", err)
@@ -145,12 +254,21 @@ func superviseCommand(ctl int, cfg *initConfig) (int, error) {
 	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH)
+	files := []uintptr{0, 1, 2}
+	sys := &syscall.SysProcAttr{Setsid: true}
+	if stdin >= 0 {
+		files[0] = uintptr(stdin)
+		sys.Setctty, sys.Ctty = true, 0
+	}
 	pid, err := syscall.ForkExec(path, cfg.Argv, &syscall.ProcAttr{
 		Dir:   cfg.Cwd,
 		Env:   cfg.Env,
-		Files: []uintptr{0, 1, 2},
-		Sys:   &syscall.SysProcAttr{Setpgid: cfg.Setpgid},
+		Files: files,
+		Sys:   sys,
 	})
+	if stdin >= 0 {
+		unix.Close(stdin)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "execwrap: cannot start %s: %v\n", cfg.Argv[0], err)
 		code := 126
@@ -167,11 +285,25 @@ func superviseCommand(ctl int, cfg *initConfig) (int, error) {
 	_ = ctlSend(ctl, ctlMsg{Type: msgStarted, Pid: pid})
 	go func() {
 		for s := range sigs {
-			target := pid
-			if cfg.Setpgid {
-				target = -pid
+			_ = unix.Kill(-pid, s.(syscall.Signal)) // the command's session and group
+		}
+	}()
+	// The parent asks for a kill (timeout, stop) over the channel, and a
+	// closed channel means the parent is gone: either way the command and
+	// everything it started go (the landlock tier has no pid namespace to
+	// take them down).
+	go func() {
+		for {
+			m, fds, err := ctlRecv(ctl)
+			for _, f := range fds {
+				unix.Close(f)
 			}
-			_ = unix.Kill(target, s.(syscall.Signal))
+			if err != nil || m.Type == msgKill {
+				_ = unix.Kill(-pid, unix.SIGKILL)
+				_ = unix.Kill(pid, unix.SIGKILL)
+				killDescendants(false)
+				return
+			}
 		}
 	}()
 	for {
@@ -195,7 +327,9 @@ func superviseCommand(ctl int, cfg *initConfig) (int, error) {
 			sig = unix.SignalName(ws.Signal())
 		}
 		if cfg.Tier == TierLandlock {
-			killDescendants()
+			killDescendants(true)
+		} else {
+			killNamespace()
 		}
 		_ = ctlSend(ctl, ctlMsg{Type: msgExited, Code: code, Signal: sig})
 		return code, nil
@@ -203,19 +337,22 @@ func superviseCommand(ctl int, cfg *initConfig) (int, error) {
 }
 
 // killDescendants SIGKILLs every child adopted by this subreaper (landlock
-// tier: there is no pid namespace to take them down).
-func killDescendants() {
-	for range 8 {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/children", unix.Gettid()))
-		kids := strings.Fields(string(b))
-		if err != nil || len(kids) == 0 {
+// tier: there is no pid namespace to take them down), over every thread's
+// children list (an orphan is adopted by any live thread of the reaper).
+// With reap, it also reaps them so the next round sees the grandchildren
+// they leave; without, the caller's wait loop reaps.
+func killDescendants(reap bool) {
+	for round := range 16 {
+		kids := childPids()
+		if len(kids) == 0 {
 			return
 		}
-		for _, k := range kids {
-			var p int
-			if _, err := fmt.Sscan(k, &p); err == nil {
-				_ = unix.Kill(p, unix.SIGKILL)
-			}
+		for _, p := range kids {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
+		if !reap {
+			time.Sleep(time.Duration(round+1) * time.Millisecond)
+			continue
 		}
 		for {
 			var ws unix.WaitStatus
@@ -224,6 +361,45 @@ func killDescendants() {
 			}
 		}
 	}
+}
+
+// killNamespace kills and reaps every other process of this pid namespace
+// (the init is its pid 1), so that when `exited` is reported nothing of the
+// sandbox runs any more: the parent may then remove the placeholders.
+func killNamespace() {
+	for range 16 {
+		_ = unix.Kill(-1, unix.SIGKILL) // pid 1: every process of the namespace but itself
+		for {
+			var ws unix.WaitStatus
+			_, err := unix.Wait4(-1, &ws, 0, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil { // ECHILD: none left
+				break
+			}
+		}
+		if err := unix.Kill(-1, 0); errors.Is(err, unix.ESRCH) {
+			return
+		}
+	}
+}
+
+func childPids() []int {
+	var pids []int
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
+		if err != nil {
+			continue
+		}
+		for _, k := range strings.Fields(string(b)) {
+			if p, err := strconv.Atoi(k); err == nil {
+				pids = append(pids, p)
+			}
+		}
+	}
+	return pids
 }
 
 // lookPath resolves name against PATH from the command's environment (the

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -191,7 +192,8 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	cfg := &initConfig{
 		Argv: s.Argv, Cwd: s.Cwd, Tier: tier, Kind: s.Kind, Network: s.Network,
 		WritableRoots: s.WritableRoots, ProtectedNames: s.ProtectedNames,
-		Setpgid: tier == TierNamespaces && !isTerminal(s.Stdin),
+		TmpfsSize:       tmpfsSizeOption(s.Limits.TmpfsBytes),
+		RequireLandlock: os.Geteuid() == 0 && !s.AllowDegraded,
 	}
 	env := StripProxyEnv(s.Env)
 	var br *bridge
@@ -199,6 +201,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		br = newBridge()
 		defer br.close()
 	}
+	var tree peerTree // the init's pid once started: the landlock tier's bridge serves only its tree
 	switch tier {
 	case TierNamespaces:
 		if s.Network == NetworkProxied {
@@ -223,7 +226,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 			if perr != nil {
 				return res, perr
 			}
-			httpAddr, socksAddr, ports, lerr := hostBridgeListeners(ctx, br, p)
+			httpAddr, socksAddr, ports, lerr := hostBridgeListeners(ctx, br, p, &tree)
 			if lerr != nil {
 				return res, lerr
 			}
@@ -266,10 +269,66 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	stdio, err := newStdio(s.Stdin, s.Stdout, s.Stderr)
 	if err != nil {
 		childEnd.Close()
-		return res, fmt.Errorf("sandbox: stdio pipes: %w", err)
+		return res, fmt.Errorf("sandbox: stdio: %w", err)
 	}
 	defer stdio.finish()
+	cfg.PTY = stdio.ptyConfig()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.child[0], stdio.child[1], stdio.child[2]
+	// The run's cgroup and the protected-name placeholders are made while
+	// the init starts (both are filesystem work that would otherwise add to
+	// the start-up); the config, and so the command, waits for them.
+	var (
+		prepPlaceholders []string
+		cleanExit        bool // the init reported exited: it is the only process left
+		earlyRemoval     chan struct{}
+	)
+	reaped := make(chan struct{})
+	var reapOnce sync.Once
+	waitInit := func() error {
+		err := cmd.Wait()
+		reapOnce.Do(func() { close(reaped) })
+		return err
+	}
+	// The cgroup first (the init is cloned into it), then the
+	// placeholders while the init starts.
+	cg, cgNote, err := newRunCgroup(s.Limits)
+	if err != nil {
+		childEnd.Close()
+		return res, fmt.Errorf("sandbox: cgroup: %w", err)
+	}
+	if cgNote != "" {
+		res.Signals = append(res.Signals, strings.Split(cgNote, ",")...)
+	}
+	prepCh := startPrep(s, tier)
+	prepTaken := false
+	takePrep := func() runPrep {
+		p := <-prepCh
+		prepTaken = true
+		return p
+	}
+	defer func() {
+		if !prepTaken {
+			prepPlaceholders = takePrep().placeholders
+		}
+		// A placeholder goes only when nothing of the run can create the
+		// name any more: the init reports `exited` only after it killed
+		// and reaped every other process of its pid namespace (it is the
+		// last one, and it runs no command code); otherwise (a failed or
+		// killed run) the init must be reaped first, whose exit takes the
+		// rest of the pid namespace with it.
+		if len(prepPlaceholders) > 0 && cmd.Process != nil && !cleanExit {
+			_ = cmd.Process.Kill()
+			select {
+			case <-reaped:
+			case <-time.After(2 * time.Second):
+			}
+		}
+		if earlyRemoval != nil {
+			<-earlyRemoval // started at `exited`
+			prepPlaceholders = nil
+		}
+		finishPrep(runPrep{cg: cg, placeholders: prepPlaceholders})
+	}()
 	restoreDumpable := func() {}
 	if tier == TierNamespaces && os.Geteuid() != 0 {
 		// Go writes the child's uid_map from this process; a non-dumpable
@@ -280,7 +339,29 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 			restoreDumpable = func() { _ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) }
 		}
 	}
-	err = cmd.Start()
+	// CLONE_INTO_CGROUP: born in the run's v2 cgroup, no migration (a
+	// cgroup.procs write takes a global lock whose write side waits for an
+	// RCU grace period, milliseconds under load). A seccomp profile that
+	// refuses clone3 (Docker's) leaves the join to the init.
+	joinV2 := false
+	if dirFD := cg.v2DirFD(); dirFD >= 0 {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, dirFD
+		err = cmd.Start()
+		unix.Close(dirFD)
+		if err != nil && cmd.Process == nil && errors.Is(err, unix.ENOSYS) {
+			// An exec.Cmd starts once: retry with a copy.
+			retry := &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, ExtraFiles: cmd.ExtraFiles,
+				WaitDelay: cmd.WaitDelay, Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr}
+			sys := *cmd.SysProcAttr
+			sys.UseCgroupFD, sys.CgroupFD = false, 0
+			retry.SysProcAttr = &sys
+			cmd = retry
+			joinV2 = true
+			err = cmd.Start()
+		}
+	} else {
+		err = cmd.Start()
+	}
 	restoreDumpable()
 	if err != nil {
 		childEnd.Close()
@@ -291,15 +372,52 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	}
 	childEnd.Close()
 	stdio.closeChildEnds()
+	tree.set(cmd.Process.Pid)
+	// The landlock tier has no pid namespace: the init kills the command
+	// and every descendant it adopted when asked (or when this side of
+	// the channel closes); the cgroup, where there is one, is the sure
+	// way. SIGKILL of the init follows after killGrace as a backstop.
+	var killBackstop <-chan time.Time
 	kill := func() {
+		if cg != nil {
+			cg.kill()
+		}
 		if tier == TierLandlock {
-			_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
+			// Read by the init once the command runs (queued until then;
+			// before it, the backstop kills the init, nothing else exists).
+			_ = ctlSend(parentFD, ctlMsg{Type: msgKill})
+			return
 		}
 		_ = cmd.Process.Kill()
 	}
-	if err := ctlSend(parentFD, ctlMsg{Type: msgConfig, Config: cfg}); err != nil {
-		kill()
-		_ = cmd.Wait()
+	// The init joins the v1 cgroups (and the v2 one when it was not born
+	// there) itself right before it starts the command (init_linux.go),
+	// through these files.
+	var procFDs []int
+	if cg != nil {
+		fds, err := cg.openJoinFiles(joinV2)
+		if err != nil {
+			_ = cmd.Process.Kill()
+			_ = waitInit()
+			return res, fmt.Errorf("sandbox: %w", err)
+		}
+		procFDs = fds
+		cfg.CgroupFDs = len(fds)
+	}
+	cfg.AwaitPrepared = cfg.Tier == TierNamespaces && s.Kind == KindWorkspaceWrite
+	err = ctlSend(parentFD, ctlMsg{Type: msgConfig, Config: cfg}, procFDs...)
+	for _, fd := range procFDs {
+		unix.Close(fd)
+	}
+	if err == nil && cfg.AwaitPrepared {
+		// The init builds its mounts meanwhile and waits for this only
+		// before it protects the names.
+		prepPlaceholders = takePrep().placeholders
+		err = ctlSend(parentFD, ctlMsg{Type: msgPrepared})
+	}
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = waitInit()
 		return res, fmt.Errorf("sandbox: send config: %w", err)
 	}
 
@@ -315,10 +433,14 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		}
 	}()
 	waitCh := make(chan error, 1)
-	go func() { waitCh <- cmd.Wait() }()
+	go func() { waitCh <- waitInit() }()
 
-	timeout, stopTimer := timeoutAfter(s.Timeout)
-	defer stopTimer()
+	sv := startSupervisor(ctx, s, kill, func(sig Signal) {
+		// The init has handlers, so a signal from this (ancestor)
+		// namespace reaches it; it forwards to the command.
+		_ = cmd.Process.Signal(syscall.Signal(sig))
+	})
+	defer sv.close()
 	var (
 		exited    *ctlMsg
 		setupFail *ctlMsg
@@ -327,14 +449,20 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		waited    bool
 		gotLn     int
 	)
-	ctxDone := ctx.Done()
-	stop := s.Stop
-	outDone, errDone := stdio.done[0], stdio.done[1]
+	failKill := func(err error) {
+		failure = err
+		kill()
+		if tier == TierLandlock {
+			killBackstop = time.After(killGrace)
+		}
+	}
+	outDone, errDone, ptyDone := stdio.done[0], stdio.done[1], (<-chan struct{})(nil)
 	var grace <-chan time.Time
 loop:
 	for {
-		mustReap := res.TimedOut || res.Stopped || failure != nil || setupFail != nil || exited == nil
-		drained := outDone == nil && errDone == nil
+		killed := sv.killed()
+		mustReap := killed || failure != nil || setupFail != nil || exited == nil
+		drained := outDone == nil && errDone == nil && ptyDone == nil
 		if drained && !mustReap {
 			break // the command exited and its output is complete
 		}
@@ -346,13 +474,22 @@ loop:
 			// must not hold the result forever.
 			grace = time.After(2 * time.Second)
 		}
+		if killed && tier == TierLandlock && killBackstop == nil && !waited {
+			killBackstop = time.After(killGrace)
+		}
 		select {
 		case <-grace:
 			break loop
+		case <-killBackstop:
+			killBackstop = nil
+			_ = cmd.Process.Kill()
+		case <-sv.fired:
 		case <-outDone:
 			outDone = nil
 		case <-errDone:
 			errDone = nil
+		case <-ptyDone:
+			ptyDone = nil
 		case r, ok := <-msgs:
 			if !ok {
 				msgs = nil
@@ -362,31 +499,51 @@ loop:
 			case msgListener:
 				p, perr := s.resolveProxy(ctx)
 				if perr != nil {
-					failure = perr
-					kill()
 					for _, f := range r.fds {
 						unix.Close(f)
 					}
+					failKill(perr)
 					continue
 				}
 				if lerr := acceptListenerFD(ctx, br, p, r.m.Name, r.fds); lerr != nil {
-					failure = lerr
-					kill()
+					failKill(lerr)
 					continue
 				}
 				gotLn++
 				if gotLn == len(cfg.Listeners) {
 					if serr := ctlSend(parentFD, ctlMsg{Type: msgBridgeReady}); serr != nil {
-						failure = fmt.Errorf("sandbox: confirm bridge: %w", serr)
-						kill()
+						failKill(fmt.Errorf("sandbox: confirm bridge: %w", serr))
 					}
 				}
+			case msgPTY:
+				if len(r.fds) != 1 || cfg.PTY == nil {
+					failKill(errors.New("sandbox: unexpected pty message"))
+					break
+				}
+				d, perr := stdio.startPTY(r.fds[0])
+				if perr != nil {
+					failKill(perr)
+					break
+				}
+				ptyDone = d
+				r.fds = nil // owned by the relay now
 			case msgSetup:
 				res.LandlockABI = r.m.LandlockABI
 				res.Signals = append(res.Signals, r.m.Notes...)
+
 			case msgExited:
 				m := r.m
 				exited = &m
+				cleanExit = tier == TierNamespaces
+				if cleanExit && len(prepPlaceholders) > 0 && earlyRemoval == nil {
+					// Nothing of the sandbox runs any more: overlap the
+					// removal with the output drain.
+					earlyRemoval = make(chan struct{})
+					go func(ph []string) {
+						defer close(earlyRemoval)
+						removePlaceholders(ph)
+					}(prepPlaceholders)
+				}
 			case msgSetupFailed:
 				m := r.m
 				setupFail = &m
@@ -397,24 +554,7 @@ loop:
 		case waitErr = <-waitCh:
 			waited = true
 			waitCh = nil
-		case <-timeout:
-			res.TimedOut = true
-			timeout = nil
-			kill()
-		case <-ctxDone:
-			ctxDone = nil
-			if failure == nil {
-				failure = ctx.Err()
-			}
-			kill()
-		case <-stop:
-			stop = nil
-			res.Stopped = true
-			kill()
-		case sig := <-s.Signals:
-			// The init has handlers, so a signal from this (ancestor)
-			// namespace reaches it; it forwards to the command.
-			_ = cmd.Process.Signal(syscall.Signal(sig))
+			killBackstop = nil
 		}
 	}
 	// Wake the reader (it may still block in recvmsg) and let it finish
@@ -426,6 +566,11 @@ loop:
 				unix.Close(f)
 			}
 		}
+	}
+	res.TimedOut, res.Stopped = sv.result()
+	res.Signals = append(res.Signals, br.refusedSignal()...)
+	if failure == nil && sv.canceled() {
+		failure = ctx.Err()
 	}
 	res.Duration = time.Since(start)
 	switch {
@@ -444,6 +589,167 @@ loop:
 		res.Signals = append(res.Signals, "init_died_without_report")
 	}
 	return res, nil
+}
+
+// runPrep is the filesystem work done while the init starts.
+type runPrep struct {
+	cg           *runCgroup
+	placeholders []string
+}
+
+// startPrep creates, under workspace-write in the namespaces tier, a
+// placeholder for every missing protected name: an empty mode-0 directory
+// the init mounts read-only over, so the command cannot create that name
+// (a planted .git would run code in the user's next host `git status`).
+// finishPrep removes them.
+func startPrep(s Spec, tier Tier) <-chan runPrep {
+	ch := make(chan runPrep, 1)
+	if tier != TierNamespaces || s.Kind != KindWorkspaceWrite {
+		ch <- runPrep{}
+		return ch
+	}
+	go func() { ch <- runPrep{placeholders: createPlaceholders(protectedRoots(s), s.ProtectedNames)} }()
+	return ch
+}
+
+// finishPrep kills whatever is left in the cgroup, then removes the
+// placeholders and the cgroup side by side.
+func finishPrep(p runPrep) {
+	if p.cg != nil {
+		p.cg.kill()
+	}
+	var wg sync.WaitGroup
+	if len(p.placeholders) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			removePlaceholders(p.placeholders)
+		}()
+	}
+	if p.cg != nil {
+		p.cg.remove()
+	}
+	wg.Wait()
+}
+
+// killGrace is how long the landlock tier's init gets to kill the command
+// and its descendants before it is killed itself.
+const killGrace = time.Second
+
+// tmpfsSizeOption is a tmpfs size= value in bytes, "" for no limit.
+func tmpfsSizeOption(n int64) string {
+	if n <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// protectedRoots are the writable roots whose protected names the init
+// re-binds read-only (the cwd under workspace-write, plus --writable-root).
+func protectedRoots(s Spec) []string {
+	roots := append([]string{s.Cwd}, s.WritableRoots...)
+	return dedupeNested(roots)
+}
+
+// createPlaceholders makes an empty mode-0 directory for every protected
+// name missing under a root and returns those it created. One it cannot
+// create (a root not writable by the caller) stays missing: then the
+// command cannot create it either.
+func createPlaceholders(roots, names []string) []string {
+	var made []string
+	for _, r := range roots {
+		for _, n := range names {
+			p := filepath.Join(r, n)
+			if err := unix.Mkdirat(unix.AT_FDCWD, p, 0); err == nil {
+				made = append(made, p)
+			}
+		}
+	}
+	return made
+}
+
+// removePlaceholders removes the placeholders again (rmdir: only while
+// still empty directories).
+func removePlaceholders(paths []string) {
+	for _, p := range paths {
+		_ = unix.Rmdir(p)
+	}
+}
+
+// supervisor turns the timeout, the caller's context, Spec.Stop and
+// forwarded signals into kill and signal calls for both launch paths, on a
+// goroutine of its own; fired wakes the caller's loop after each kill.
+type supervisor struct {
+	fired                        chan struct{}
+	done                         chan struct{}
+	wg                           sync.WaitGroup
+	mu                           sync.Mutex
+	timedOut, stopped, cancelled bool
+}
+
+func startSupervisor(ctx context.Context, s Spec, kill func(), signal func(Signal)) *supervisor {
+	sv := &supervisor{fired: make(chan struct{}, 1), done: make(chan struct{})}
+	timeout, stopTimer := timeoutAfter(s.Timeout)
+	sv.wg.Add(1)
+	go func() {
+		defer sv.wg.Done()
+		defer stopTimer()
+		ctxDone, stop := ctx.Done(), s.Stop
+		for {
+			var flag *bool
+			select {
+			case <-sv.done:
+				return
+			case <-timeout:
+				timeout, flag = nil, &sv.timedOut
+			case <-ctxDone:
+				ctxDone, flag = nil, &sv.cancelled
+			case <-stop:
+				stop, flag = nil, &sv.stopped
+			case sig := <-s.Signals:
+				signal(sig)
+				continue
+			}
+			sv.mu.Lock()
+			*flag = true
+			sv.mu.Unlock()
+			kill()
+			select {
+			case sv.fired <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return sv
+}
+
+func (sv *supervisor) killed() bool {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	return sv.timedOut || sv.stopped || sv.cancelled
+}
+
+func (sv *supervisor) result() (timedOut, stopped bool) {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	return sv.timedOut, sv.stopped
+}
+
+func (sv *supervisor) canceled() bool {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	return sv.cancelled
+}
+
+// close stops the goroutine (it must stop reading the shared signal
+// channel when the attempt ends).
+func (sv *supervisor) close() {
+	select {
+	case <-sv.done:
+	default:
+		close(sv.done)
+	}
+	sv.wg.Wait()
 }
 
 type ctlRecvd struct {
@@ -517,14 +823,17 @@ func acceptListenerFD(ctx context.Context, br *bridge, p *ProxyTarget, name stri
 }
 
 // hostBridgeListeners opens per-execution listeners on ephemeral host
-// loopback ports (landlock tier and unsandboxed proxied runs).
-func hostBridgeListeners(ctx context.Context, br *bridge, p *ProxyTarget) (httpAddr, socksAddr string, ports []uint16, err error) {
+// loopback ports (landlock tier and unsandboxed proxied runs). Any host
+// process can connect to them, so each connection is served only when the
+// peer socket belongs to tree (the execution's own processes): the bridge
+// must never lend the execution's identity to an unrelated process.
+func hostBridgeListeners(ctx context.Context, br *bridge, p *ProxyTarget, tree *peerTree) (httpAddr, socksAddr string, ports []uint16, err error) {
 	var lc net.ListenConfig
 	hl, err := lc.Listen(ctx, "tcp4", "127.0.0.1:0")
 	if err != nil {
 		return "", "", nil, fmt.Errorf("sandbox: bridge listener: %w", err)
 	}
-	br.serve(ctx, hl, p.HTTPAddr, p)
+	br.serveFiltered(ctx, hl, p.HTTPAddr, p, tree.owns)
 	httpAddr = hl.Addr().String()
 	ports = append(ports, uint16(hl.Addr().(*net.TCPAddr).Port))
 	if p.SOCKS5Addr != "" {
@@ -532,7 +841,7 @@ func hostBridgeListeners(ctx context.Context, br *bridge, p *ProxyTarget) (httpA
 		if err != nil {
 			return "", "", nil, fmt.Errorf("sandbox: bridge listener: %w", err)
 		}
-		br.serve(ctx, sl, p.SOCKS5Addr, p)
+		br.serveFiltered(ctx, sl, p.SOCKS5Addr, p, tree.owns)
 		socksAddr = sl.Addr().String()
 		ports = append(ports, uint16(sl.Addr().(*net.TCPAddr).Port))
 	}
@@ -550,20 +859,25 @@ func isTerminal(r any) bool {
 
 // runUnsandboxed runs the command directly (danger-full-access, external,
 // or an approved escalation). With --network proxied the proxy variables
-// point at a host bridge that still attributes connections; nothing enforces
-// that the command uses it.
+// point at a host bridge that still attributes connections (only those of
+// the command's own process tree); nothing enforces that the command uses
+// it.
 func runUnsandboxed(ctx context.Context, s Spec) (Result, error) {
 	start := time.Now()
 	res := Result{Tier: TierNone}
 	env := s.Env
+	var (
+		tree peerTree
+		br   *bridge
+	)
 	if s.Network == NetworkProxied {
 		p, err := s.resolveProxy(ctx)
 		if err != nil {
 			return res, err
 		}
-		br := newBridge()
+		br = newBridge()
 		defer br.close()
-		httpAddr, socksAddr, _, err := hostBridgeListeners(ctx, br, p)
+		httpAddr, socksAddr, _, err := hostBridgeListeners(ctx, br, p, &tree)
 		if err != nil {
 			return res, err
 		}
@@ -583,6 +897,7 @@ func runUnsandboxed(ctx context.Context, s Spec) (Result, error) {
 		res.ExitCode = 126
 		return res, nil
 	}
+	tree.set(cmd.Process.Pid)
 	pgid := cmd.Process.Pid
 	group := cmd.SysProcAttr.Setpgid
 	kill := func() {
@@ -593,38 +908,20 @@ func runUnsandboxed(ctx context.Context, s Spec) (Result, error) {
 	}
 	waitCh := make(chan error, 1)
 	go func() { waitCh <- cmd.Wait() }()
-	timeout, stopTimer := timeoutAfter(s.Timeout)
-	defer stopTimer()
-	var waitErr error
-	ctxDone := ctx.Done()
-	stop := s.Stop
-loop:
-	for {
-		select {
-		case waitErr = <-waitCh:
-			break loop
-		case <-timeout:
-			res.TimedOut = true
-			timeout = nil
-			kill()
-		case <-ctxDone:
-			ctxDone = nil
-			kill()
-		case <-stop:
-			stop = nil
-			res.Stopped = true
-			kill()
-		case sig := <-s.Signals:
-			if group {
-				_ = unix.Kill(-pgid, syscall.Signal(sig))
-			} else {
-				_ = cmd.Process.Signal(syscall.Signal(sig))
-			}
+	sv := startSupervisor(ctx, s, kill, func(sig Signal) {
+		if group {
+			_ = unix.Kill(-pgid, syscall.Signal(sig))
+		} else {
+			_ = cmd.Process.Signal(syscall.Signal(sig))
 		}
-	}
+	})
+	waitErr := <-waitCh
+	sv.close()
 	if group {
 		_ = unix.Kill(-pgid, unix.SIGKILL) // leftovers of the group
 	}
+	res.TimedOut, res.Stopped = sv.result()
+	res.Signals = append(res.Signals, br.refusedSignal()...)
 	res.Duration = time.Since(start)
 	if res.TimedOut {
 		res.ExitCode, res.Signal = TimeoutExitCode, "SIGKILL"
@@ -639,93 +936,6 @@ func stderrOf(s Spec) interface{ Write([]byte) (int, error) } {
 		return s.Stderr
 	}
 	return os.Stderr
-}
-
-// stdio holds the init's standard files: a caller's *os.File is passed as
-// is; any other reader or writer gets a pipe and a copying goroutine.
-type stdio struct {
-	child  [3]*os.File
-	parent []*os.File // our ends, closed on return
-	owned  []*os.File // child ends we created, closed after start
-	done   [2]<-chan struct{}
-}
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-func newStdio(in io.Reader, out, errw io.Writer) (*stdio, error) {
-	st := &stdio{done: [2]<-chan struct{}{nil, nil}}
-	fail := func(err error) (*stdio, error) {
-		st.closeChildEnds()
-		st.closeParentEnds()
-		return nil, err
-	}
-	switch r := in.(type) {
-	case nil:
-	case *os.File:
-		st.child[0] = r
-	default:
-		pr, pw, err := os.Pipe()
-		if err != nil {
-			return fail(err)
-		}
-		st.child[0] = pr
-		st.owned = append(st.owned, pr)
-		go func() {
-			_, _ = io.Copy(pw, r)
-			pw.Close()
-		}()
-	}
-	for i, w := range []io.Writer{out, errw} {
-		switch f := w.(type) {
-		case nil:
-		case *os.File:
-			st.child[i+1] = f
-		default:
-			pr, pw, err := os.Pipe()
-			if err != nil {
-				return fail(err)
-			}
-			st.child[i+1] = pw
-			st.owned = append(st.owned, pw)
-			st.parent = append(st.parent, pr)
-			done := make(chan struct{})
-			st.done[i] = done
-			go func() {
-				defer close(done)
-				_, _ = io.Copy(f, pr)
-			}()
-		}
-	}
-	return st, nil
-}
-
-// finish closes every end and waits for the copiers, so nothing writes to
-// the caller's writers after Run returned (the output was drained before,
-// unless the run failed or a leaked writer outlived the grace period).
-func (s *stdio) finish() {
-	s.closeChildEnds()
-	s.closeParentEnds()
-	for _, d := range s.done {
-		if d != nil {
-			<-d
-		}
-	}
-}
-
-func (s *stdio) closeChildEnds() {
-	for _, f := range s.owned {
-		f.Close()
-	}
-	s.owned = nil
-}
-
-// closeParentEnds unblocks copiers still reading (only reached when the
-// command's output is not drained yet, e.g. an early error return).
-func (s *stdio) closeParentEnds() {
-	for _, f := range s.parent {
-		f.Close()
-	}
-	s.parent = nil
 }
 
 // timeoutAfter returns a channel that fires after d, or never when d <= 0,

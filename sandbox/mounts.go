@@ -19,6 +19,8 @@ type mountPlan struct {
 	// read-only after the clones are in place.
 	ProtectedRoots []string
 	ProtectedNames []string
+	// TmpfsSize is the size= of every private tmpfs ("" → kernel default).
+	TmpfsSize string
 }
 
 type cloneStep struct {
@@ -31,7 +33,8 @@ type tmpfsStep struct {
 	Mode string
 }
 
-// privateTmpfs are always replaced by empty tmpfs mounts when they exist.
+// privateTmpfs are always replaced by empty tmpfs mounts when they exist
+// (/dev/shm always does: it is created in the sandbox's own /dev).
 var privateTmpfs = []tmpfsStep{{"/tmp", "1777"}, {"/run", "0755"}, {"/dev/shm", "1777"}}
 
 // planMounts validates the roots and orders the steps. exists reports whether
@@ -70,10 +73,11 @@ func planMounts(cfg *initConfig, exists func(string) bool) (mountPlan, error) {
 	}
 	sort.SliceStable(p.Clones, func(i, j int) bool { return depth(p.Clones[i].Path) < depth(p.Clones[j].Path) })
 	for _, t := range privateTmpfs {
-		if exists(t.Path) {
+		if t.Path == "/dev/shm" || exists(t.Path) {
 			p.Tmpfs = append(p.Tmpfs, t)
 		}
 	}
+	p.TmpfsSize = cfg.TmpfsSize
 	if len(writable) > 0 {
 		p.ProtectedRoots = writable
 		p.ProtectedNames = cfg.ProtectedNames

@@ -27,6 +27,9 @@ type HostReport struct {
 	NamespacesTier TierProbe         `json:"namespaces_tier"`
 	LandlockTier   TierProbe         `json:"landlock_tier"`
 	AutoTier       string            `json:"auto_tier"` // namespaces | landlock | unavailable
+	// Cgroups says whether each run gets a cgroup (kill, pids and memory
+	// limits) on this host, for this user.
+	Cgroups CgroupSupport `json:"cgroups"`
 }
 
 // TierProbe is the outcome of really running `true` in one tier.
@@ -77,6 +80,7 @@ func Probe(ctx context.Context, initPath string, initArgs []string) HostReport {
 	if p, err := exec.LookPath("bwrap"); err == nil {
 		r.BwrapPath = p
 	}
+	r.Cgroups = ProbeCgroups()
 	r.NamespacesTier = probeTier(ctx, TierNamespaces, initPath, initArgs)
 	r.LandlockTier = probeTier(ctx, TierLandlock, initPath, initArgs)
 	switch {

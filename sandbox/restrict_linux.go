@@ -92,6 +92,12 @@ type landlockRules struct {
 	HandleNet    bool     // restrict TCP bind/connect (landlock tier)
 	Required     bool     // fail instead of best effort
 	MinABI       int
+	// HostDev: the host's /dev is in view (landlock tier). "/" is then
+	// granted entry by entry without /dev, and /dev only for the usual
+	// nodes and OwnPTY (the command's pty), so no other terminal (or
+	// /dev/kmsg, loop, …) can be read or written.
+	HostDev bool
+	OwnPTY  string
 }
 
 // applyLandlock restricts this thread. It returns the ABI in force (0 when
@@ -113,11 +119,18 @@ func applyLandlock(r landlockRules) (int, error) {
 	}
 	cfg = cfg.BestEffort()
 	rules := []landlock.Rule{
-		landlock.RODirs("/"),
 		landlock.RWDirs(r.RWDirs...).IgnoreIfMissing(),
-		landlock.RWDirs("/dev/pts").WithIoctlDev().IgnoreIfMissing(),
 		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom").IgnoreIfMissing(),
 		landlock.RWFiles("/dev/tty", "/dev/ptmx").WithIoctlDev().IgnoreIfMissing(),
+	}
+	if r.HostDev {
+		rules = append(rules, readOnlyRootWithoutDev()...)
+		if r.OwnPTY != "" {
+			rules = append(rules, landlock.RWFiles(r.OwnPTY).WithIoctlDev())
+		}
+	} else {
+		// The namespaces tier's /dev is its own (pts a new instance).
+		rules = append(rules, landlock.RODirs("/"), landlock.RWDirs("/dev/pts").WithIoctlDev().IgnoreIfMissing())
 	}
 	for _, p := range r.ConnectPorts {
 		rules = append(rules, landlock.ConnectTCP(p))
@@ -137,6 +150,28 @@ func applyLandlock(r landlockRules) (int, error) {
 		return abi, fmt.Errorf("landlock_restrict_self: %w", err)
 	}
 	return abi, nil
+}
+
+// readOnlyRootWithoutDev grants read access to every top-level entry of
+// "/" except /dev.
+func readOnlyRootWithoutDev() []landlock.Rule {
+	ents, err := os.ReadDir("/")
+	if err != nil {
+		return []landlock.Rule{landlock.RODirs("/")} // cannot list: fall back to the whole root
+	}
+	var dirs, files []string
+	for _, e := range ents {
+		if e.Name() == "dev" {
+			continue
+		}
+		p := "/" + e.Name()
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			dirs = append(dirs, p)
+		} else if err == nil {
+			files = append(files, p)
+		}
+	}
+	return []landlock.Rule{landlock.RODirs(dirs...).IgnoreIfMissing(), landlock.ROFiles(files...).IgnoreIfMissing()}
 }
 
 // installSeccomp loads the filter on this thread (no TSYNC, on purpose).

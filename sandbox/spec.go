@@ -112,6 +112,12 @@ type Spec struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	Timeout        time.Duration // 0 → none
+	// Limits bounds memory, processes (a cgroup of the run's own, where
+	// the host lets execwrap create one) and the private tmpfs mounts.
+	Limits Limits
+	// AllowDegraded lets a root caller run the namespaces tier without
+	// Landlock (otherwise that fails closed).
+	AllowDegraded bool
 
 	// InitPath is the binary re-executed as the init (normally
 	// /proc/self/exe); InitArgs follow it (normally ["__sandbox-init"]).

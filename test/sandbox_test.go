@@ -629,6 +629,11 @@ func TestSandboxDoctor(t *testing.T) {
 			Error string `json:"error"`
 		} `json:"namespaces_tier"`
 		Sysctls map[string]string `json:"sysctls"`
+		Cgroups struct {
+			OK     bool     `json:"ok"`
+			Kill   bool     `json:"cgroup_kill"`
+			Limits []string `json:"limits"`
+		} `json:"cgroups"`
 	}
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("doctor --json: %v\n%s", err, out)
@@ -640,8 +645,13 @@ func TestSandboxDoctor(t *testing.T) {
 	if !rep.NamespacesTier.OK || rep.AutoTier != "namespaces" {
 		t.Fatalf("namespaces tier: %+v, auto %s", rep.NamespacesTier, rep.AutoTier)
 	}
+	// As root on the CI machine a run gets its own cgroup, killable at once,
+	// with both limits (the v1 pids/memory controllers of a hybrid host count).
+	if os.Geteuid() == 0 && (!rep.Cgroups.OK || !rep.Cgroups.Kill || len(rep.Cgroups.Limits) != 2) {
+		t.Fatalf("cgroups: %+v", rep.Cgroups)
+	}
 	text, err := exec.Command(ExecwrapBin(t), "doctor").Output()
-	if err != nil || !strings.Contains(string(text), "execwrap run --tier auto uses") {
+	if err != nil || !strings.Contains(string(text), "execwrap run --tier auto uses") || !strings.Contains(string(text), "per-run cgroup") {
 		t.Fatalf("doctor text: %v\n%s", err, text)
 	}
 }

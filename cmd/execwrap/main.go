@@ -11,7 +11,8 @@ import (
 
 const usage = `usage:
   execwrap check [--json] [--rules DIR]... [--approval-policy P] [--sandbox KIND] [--sandbox-permissions X] [--cwd DIR] [--shell PATH] [--tool T --args JSON] [-- ARGV...]
-  execwrap run [same flags] [--network proxied|none|host] [--control SOCKET] [--session ID] [--env-id ID] [--timeout D] [--json] -- ARGV...
+  execwrap run [same flags] [--network proxied|none|host] [--control SOCKET] [--session ID] [--env-id ID] [--timeout D]
+               [--limit-memory SIZE|N%] [--limit-pids N] [--limit-tmpfs SIZE] [--allow-degraded] [--json] -- ARGV...
   execwrap doctor
 `
 

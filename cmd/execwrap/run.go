@@ -44,6 +44,8 @@ type runOptions struct {
 	writableRoots []string
 	tier          string
 	maxOutput     int
+	limits        sandbox.Limits
+	allowDegraded bool
 }
 
 // runRun implements `execwrap run` (SPEC §6.4, §7.6).
@@ -110,7 +112,22 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	fs.DurationVar(&ro.timeout, "timeout", 0, "kill the command after this long")
 	fs.StringVar(&ro.tier, "tier", "auto", "auto | namespaces | landlock")
 	fs.IntVar(&ro.maxOutput, "max-output", 1<<20, "bytes of stdout and of stderr kept in the result")
+	limitMemory := fs.String("limit-memory", sandbox.DefaultLimitMemory, "memory limit of the run's cgroup: bytes with K/M/G/T, N% of RAM, or 0 for none")
+	fs.IntVar(&ro.limits.Pids, "limit-pids", sandbox.DefaultLimitPids, "process limit of the run's cgroup (0: none)")
+	limitTmpfs := fs.String("limit-tmpfs", sandbox.DefaultLimitTmpfs, "size of each private tmpfs (/tmp, /run, /dev/shm): bytes with K/M/G/T, N% of RAM, or 0 for the kernel default")
+	fs.BoolVar(&ro.allowDegraded, "allow-degraded", false, "as root, run in the namespaces tier even when Landlock is unavailable")
 	if err := fs.Parse(args); err != nil {
+		return nil, ro, err
+	}
+	if ro.limits.Pids < 0 {
+		return nil, ro, errors.New("--limit-pids must be >= 0")
+	}
+	ram := totalRAM()
+	var err error
+	if ro.limits.MemoryBytes, err = sandbox.ParseByteSize("--limit-memory", *limitMemory, ram); err != nil {
+		return nil, ro, err
+	}
+	if ro.limits.TmpfsBytes, err = sandbox.ParseByteSize("--limit-tmpfs", *limitTmpfs, ram); err != nil {
 		return nil, ro, err
 	}
 	cf.Argv = fs.Args()
@@ -154,6 +171,15 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 		return nil, ro, fmt.Errorf("--network none needs --sandbox read-only or workspace-write (got %s)", inv.Kind)
 	}
 	return inv, ro, nil
+}
+
+// totalRAM is the host's RAM in bytes (0 when unknown).
+func totalRAM() int64 {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit)
 }
 
 // runner carries one `execwrap run` through the orchestrator.

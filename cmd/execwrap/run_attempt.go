@@ -47,6 +47,7 @@ func (r *runner) attempt(ctx context.Context, sandboxed bool) (orchestrator.Atte
 		Kind: kind, Network: network, Tier: sandbox.Tier(r.opts.tier),
 		WritableRoots: writable,
 		Stdin:         r.stdin, Timeout: r.opts.timeout, Signals: r.signals,
+		Limits: r.opts.limits, AllowDegraded: r.opts.allowDegraded,
 	}
 	if r.opts.json {
 		spec.Stdout, spec.Stderr = outBuf, errBuf
@@ -419,11 +420,26 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 	w("tier namespaces (user+mnt+pid+net)", probeText(rep.NamespacesTier))
 	w("tier landlock (degraded)", probeText(rep.LandlockTier))
 	w("execwrap run --tier auto uses", rep.AutoTier)
+	w("per-run cgroup (kill, limits)", cgroupText(rep.Cgroups))
 	w("netproxy control socket", sock+" ("+ctlState+")")
 	if code != 0 {
 		fmt.Fprintln(stdout, "\nexecwrap cannot sandbox on this host: enable unprivileged user namespaces or use a kernel with Landlock ABI >= 4.")
 	}
+	if rep.LandlockABI == 0 && rep.EUID == 0 {
+		fmt.Fprintln(stdout, "\nLandlock is unavailable and you are root: `execwrap run` fails closed unless given --allow-degraded (namespaces, mounts, caps and seccomp without Landlock).")
+	}
 	return code
+}
+
+func cgroupText(c sandbox.CgroupSupport) string {
+	if !c.OK {
+		return "UNAVAILABLE: " + c.Note + " (no pids/memory limits; the landlock tier's timeout then relies on the init killing what it adopted)"
+	}
+	s := "ok, cgroup.kill=" + fmt.Sprint(c.Kill) + ", limits: " + orDash(strings.Join(c.Limits, "+"))
+	if c.Note != "" {
+		s += " [" + c.Note + "]"
+	}
+	return s
 }
 
 func probeText(p sandbox.TierProbe) string {
