@@ -40,18 +40,11 @@ type Options struct {
 	// ConnectionSink receives every open connection closed by a change
 	// (SPEC §3.9: the audit's connection_closed lines); nil: none.
 	ConnectionSink observe.ConnectionSink
-	// Decider is the approval service behind not_allowed. It is consulted
-	// only when approvals.enabled; SetDecider may install it later.
-	Decider hostpolicy.Decider
 	// ApprovalsControl serves POST /v1/approvals on the control socket.
 	ApprovalsControl http.Handler
 	// AdminToken overrides the token read from the variable named by
 	// admin.token_env. When both are empty a random token is generated.
 	AdminToken string
-	// Setup runs inside New once the registry, engine and admin router
-	// exist and before anything listens: the place to build services that
-	// need them and to register their routes.
-	Setup func(*Server) error
 }
 
 // Server is one netproxy process.
@@ -116,8 +109,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	var decider hostpolicy.Decider
 	if cfg.Approvals.Enabled {
+		// The approval service is built on this server's registry and
+		// engine, so it is installed after New with SetDecider — the one
+		// late binding of serve (SPEC §5: until then not_allowed denies).
 		s.decider = &deciderSlot{}
-		s.decider.set(opts.Decider)
 		decider = s.decider
 	}
 	s.engine = hostpolicy.NewEngine(pol, decider)
@@ -222,11 +217,6 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		}
 	})
 
-	if opts.Setup != nil {
-		if err := opts.Setup(s); err != nil {
-			return nil, err
-		}
-	}
 	return s, nil
 }
 
@@ -289,19 +279,6 @@ func (s *Server) SetDecider(d hostpolicy.Decider) {
 	}
 }
 
-// Decider is the approval service installed with Options.Decider or
-// SetDecider (nil when none is, or approvals are disabled); parts built on
-// it, such as the web UI's event relay, look it up here.
-func (s *Server) Decider() hostpolicy.Decider {
-	if s.decider == nil {
-		return nil
-	}
-	if p := s.decider.d.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
 // SetControlApprovals installs the handler of POST /v1/approvals.
 func (s *Server) SetControlApprovals(h http.Handler) {
 	s.ctlApprv = h
@@ -320,11 +297,6 @@ type controlRoute struct {
 func (s *Server) HandleControl(pattern string, h http.Handler) {
 	s.ctlRoutes = append(s.ctlRoutes, controlRoute{pattern, h})
 }
-
-// Sinks returns the decision sinks passed in Options, so a service set up
-// later can find one it reports to (the approval service finds the audit
-// writer here).
-func (s *Server) Sinks() observe.Fanout { return s.opts.Sinks }
 
 // AddSink adds a decision sink (call before Start).
 func (s *Server) AddSink(sink observe.DecisionSink) {
