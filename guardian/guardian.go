@@ -22,8 +22,6 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/netproxy/netproxy/internal/config"
 )
 
 // Decision values of a Verdict. A Guardian can approve one request or the
@@ -118,11 +116,22 @@ type Deps struct {
 	Logger    *slog.Logger
 }
 
+// Settings choose and configure a backend ([guardian] in the config file,
+// mapped by internal/config). Error messages name the TOML keys.
+type Settings struct {
+	Backend   string // "starlark" | "webhook" | "openai"
+	Script    string // starlark: the .star file (relative to baseDir)
+	URL       string // webhook URL or OpenAI-compatible base URL
+	Model     string // openai
+	APIKeyEnv string // openai: the variable holding the key
+	Timeout   time.Duration
+}
+
 // New builds the reviewer named by cfg.Backend behind the pre-screen (every
 // request is screened before the backend sees it). baseDir resolves a
 // relative script path (the config file's folder); getenv reads the API key
 // variable. A misconfigured backend is an error naming the key to fix.
-func New(cfg config.Guardian, baseDir string, getenv func(string) string, deps Deps) (Reviewer, error) {
+func New(cfg Settings, baseDir string, getenv func(string) string, deps Deps) (Reviewer, error) {
 	backend, err := NewBackend(cfg, baseDir, getenv)
 	if err != nil {
 		return nil, err
@@ -132,8 +141,8 @@ func New(cfg config.Guardian, baseDir string, getenv func(string) string, deps D
 
 // NewBackend builds the backend named by cfg.Backend without the pre-screen
 // (the evaluation harness wraps it itself).
-func NewBackend(cfg config.Guardian, baseDir string, getenv func(string) string) (Reviewer, error) {
-	timeout := cfg.Timeout.Duration
+func NewBackend(cfg Settings, baseDir string, getenv func(string) string) (Reviewer, error) {
+	timeout := cfg.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}

@@ -13,8 +13,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/netproxy/netproxy/internal/config"
 )
 
 func netReq(host string) ReviewRequest {
@@ -225,8 +223,8 @@ func TestOpenAI(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	g, err := New(config.Guardian{Backend: "openai", URL: srv.URL + "/v1/", Model: "judge-1", APIKeyEnv: "GUARDIAN_KEY",
-		Timeout: config.Duration{Duration: 300 * time.Millisecond}}, "", func(k string) string {
+	g, err := New(Settings{Backend: "openai", URL: srv.URL + "/v1/", Model: "judge-1", APIKeyEnv: "GUARDIAN_KEY",
+		Timeout: 300 * time.Millisecond}, "", func(k string) string {
 		if k == "GUARDIAN_KEY" {
 			return "sk-test"
 		}
@@ -255,13 +253,13 @@ func TestOpenAI(t *testing.T) {
 		}
 	}
 	// A missing key is a configuration error, not a silent unauthenticated call.
-	if _, err := New(config.Guardian{Backend: "openai", URL: srv.URL, Model: "m", APIKeyEnv: "NOPE"}, "", func(string) string { return "" }, Deps{}); err == nil || !strings.Contains(err.Error(), "guardian.api_key_env") {
+	if _, err := New(Settings{Backend: "openai", URL: srv.URL, Model: "m", APIKeyEnv: "NOPE"}, "", func(string) string { return "" }, Deps{}); err == nil || !strings.Contains(err.Error(), "guardian.api_key_env") {
 		t.Fatalf("missing key: got %v", err)
 	}
 }
 
 func TestNewConfigErrors(t *testing.T) {
-	for _, c := range []config.Guardian{
+	for _, c := range []Settings{
 		{Backend: ""}, {Backend: "oracle"}, {Backend: "starlark"}, {Backend: "webhook"}, {Backend: "webhook", URL: "ftp://x"},
 		{Backend: "webhook", URL: "http://user:pw@x/"}, {Backend: "openai", URL: "http://x"}, {Backend: "openai", Model: "m"},
 	} {
@@ -271,7 +269,7 @@ func TestNewConfigErrors(t *testing.T) {
 	}
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "g.star"), []byte(hostScript), 0o644)
-	if _, err := New(config.Guardian{Backend: "starlark", Script: "g.star"}, dir, nil, Deps{}); err != nil {
+	if _, err := New(Settings{Backend: "starlark", Script: "g.star"}, dir, nil, Deps{}); err != nil {
 		t.Fatalf("relative script: %v", err)
 	}
 }

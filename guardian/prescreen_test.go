@@ -8,8 +8,6 @@ import (
 	"sync"
 	"testing"
 	"unicode/utf8"
-
-	"github.com/netproxy/netproxy/internal/config"
 )
 
 // flagged screens text in the justification field.
@@ -289,7 +287,7 @@ func BenchmarkScreen(b *testing.B) {
 func TestNewScreensEveryBackend(t *testing.T) {
 	p := writeScript(t, "def review(r):\n    return {'decision': 'allow_once'}\n")
 	c := &countRecorder{n: map[string]int{}}
-	g, err := New(config.Guardian{Backend: "starlark", Script: p}, "", nil, Deps{Prescreen: c})
+	g, err := New(Settings{Backend: "starlark", Script: p}, "", nil, Deps{Prescreen: c})
 	if err != nil {
 		t.Fatal(err)
 	}

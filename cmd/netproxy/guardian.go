@@ -52,7 +52,7 @@ func runGuardian(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
-	var gcfg config.Guardian
+	var gcfg guardian.Settings
 	baseDir, _ := os.Getwd()
 	if *cfgPath != "" {
 		cfg, err := config.Load(*cfgPath)
@@ -60,7 +60,7 @@ func runGuardian(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "netproxy guardian eval: %v\n", err)
 			return exitUsage
 		}
-		gcfg, baseDir = cfg.Guardian, filepath.Dir(*cfgPath)
+		gcfg, baseDir = config.GuardianSettings(cfg.Guardian), filepath.Dir(*cfgPath)
 	}
 	for _, o := range []struct {
 		flag string
@@ -71,7 +71,7 @@ func runGuardian(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *timeout > 0 {
-		gcfg.Timeout = config.Duration{Duration: *timeout}
+		gcfg.Timeout = *timeout
 	}
 	if gcfg.Backend == "" {
 		fmt.Fprintln(stderr, "netproxy guardian eval: no backend: give --config FILE with a [guardian] table, or --backend")

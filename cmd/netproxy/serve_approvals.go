@@ -29,7 +29,7 @@ func setupApprovals(s *server.Server, auditor approvalsvc.Auditor) (*approvalsvc
 			baseDir = filepath.Dir(cfg.Path)
 		}
 		deps := guardian.Deps{Prescreen: s.Metrics(), Logger: s.Logger().With("component", "guardian")}
-		if rev, err = guardian.New(cfg.Guardian, baseDir, os.Getenv, deps); err != nil {
+		if rev, err = guardian.New(config.GuardianSettings(cfg.Guardian), baseDir, os.Getenv, deps); err != nil {
 			return nil, err
 		}
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/netproxy/netproxy/guardian"
 	"maps"
 	"net/netip"
 	"path/filepath"
@@ -53,3 +54,9 @@ func PolicyOptions(c *Config) (hostpolicy.Options, error) {
 // RulesDir is where approved allow_always / deny_always amendments are
 // persisted as network_rule()s: $NETPROXY_HOME/rules.
 func RulesDir() string { return filepath.Join(HomeDir(), "rules") }
+
+// GuardianSettings maps [guardian] onto the guardian package's settings.
+func GuardianSettings(g Guardian) guardian.Settings {
+	return guardian.Settings{Backend: g.Backend, Script: g.Script, URL: g.URL, Model: g.Model,
+		APIKeyEnv: g.APIKeyEnv, Timeout: g.Timeout.Duration}
+}
