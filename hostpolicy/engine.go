@@ -211,7 +211,7 @@ func (e *Engine) Evaluate(ctx context.Context, req Request) Decision {
 		// The decider keys its caches on the canonical host.
 		req.Host = d.Host
 		out := e.decider.Decide(ctx, req, d)
-		return e.afterDecider(ctx, req, d, out)
+		return e.afterDeciderIn(ctx, req, d, out, nil)
 	}
 	return d
 }
@@ -221,7 +221,7 @@ func (e *Engine) Evaluate(ctx context.Context, req Request) Decision {
 // carry source decider. An allow is re-checked against the current
 // snapshot (SPEC §3.9: a deny or kill switch that arrived while a reviewer
 // was deciding wins) and the name is then resolved and judged (SPEC §3.4).
-func (e *Engine) afterDecider(ctx context.Context, req Request, base, out Decision) Decision {
+func (e *Engine) afterDeciderIn(ctx context.Context, req Request, base, out Decision, scopes []*Scope) Decision {
 	cur := e.state.Load()
 	if !cur.enabled {
 		// No approval outlives the kill switch.
@@ -241,20 +241,29 @@ func (e *Engine) afterDecider(ctx context.Context, req Request, base, out Decisi
 		}
 		return d
 	}
+	mode, level := cur.scopeMode(scopes)
 	d, t, final := cur.chain(req)
 	if final {
 		// Denied or local since the review began (or now allowed as a
 		// local literal by the list itself): the current policy decides.
 		if d.Verdict == Allow {
-			return cur.modeGuard(req, d)
+			if scopeBlock(&d, t, scopes) {
+				return d
+			}
+			return withLevel(cur.modeGuardIn(mode, req, d), level)
 		}
+		return d
+	}
+	// A narrower policy the reviewer cannot widen (checked before the
+	// review too; the scopes are the request's own).
+	if scopeBlock(&d, t, scopes) {
 		return d
 	}
 	// Allow-listed by now (allow_always) or allowed by the decider: resolve
 	// and judge exactly as step 5.
 	d.Verdict, d.Reason = Allow, ReasonNone
 	d = cur.resolveAllowed(ctx, d, t)
-	if !d.Allowed() {
+	if !d.Allowed() || scopeAddrBlock(&d, d.Addrs, scopes) {
 		return d
 	}
 	d.Source = SourceDecider
@@ -263,7 +272,7 @@ func (e *Engine) afterDecider(ctx context.Context, req Request, base, out Decisi
 		d.Pattern = out.Pattern
 	}
 	// A reviewer approves a host, never a method: limited mode still applies.
-	return cur.modeGuard(req, d)
+	return withLevel(cur.modeGuardIn(mode, req, d), level)
 }
 
 // EvaluateHost runs only the host chain of SPEC §3.4 (no mode guard, no
@@ -594,7 +603,12 @@ func (s *Snapshot) lookupDNS(ctx context.Context, host string) ([]netip.Addr, er
 // MITM admission a limited-mode CONNECT passes to interception (Intercept);
 // the decision keeps its source.
 func (s *Snapshot) modeGuard(req Request, d Decision) Decision {
-	if s.mode == ModeFull || s.mode == "" {
+	return s.modeGuardIn(s.mode, req, d)
+}
+
+// modeGuardIn is modeGuard under mode (a scope may narrow full to limited).
+func (s *Snapshot) modeGuardIn(mode string, req Request, d Decision) Decision {
+	if mode == ModeFull || mode == "" {
 		d.Steps = append(d.Steps, Step{Step: StepMode, Result: ResultPass, Detail: ModeFull})
 		return d
 	}
