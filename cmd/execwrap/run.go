@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/netproxy/netproxy/attribution"
 	"io"
 	"os"
 	"os/signal"
@@ -44,6 +45,9 @@ type runOptions struct {
 	writableRoots []string
 	tier          string
 	maxOutput     int
+	// netPolicy narrows the host-wide network policy for this execution
+	// (--allow-domain, --deny-domain, --network-mode); nil: none.
+	netPolicy *attribution.NetworkPolicy
 }
 
 // runRun implements `execwrap run` (SPEC §6.4, §7.6).
@@ -110,8 +114,21 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	fs.DurationVar(&ro.timeout, "timeout", 0, "kill the command after this long")
 	fs.StringVar(&ro.tier, "tier", "auto", "auto | namespaces | landlock")
 	fs.IntVar(&ro.maxOutput, "max-output", 1<<20, "bytes of stdout and of stderr kept in the result")
+	var allowDomains, denyDomains []string
+	var netMode string
+	fs.Var((*repeated)(&allowDomains), "allow-domain", "narrow this execution's egress to hosts matching this pattern (repeatable; never widens the proxy's policy)")
+	fs.Var((*repeated)(&denyDomains), "deny-domain", "deny hosts matching this pattern to this execution (repeatable)")
+	fs.StringVar(&netMode, "network-mode", "", "limited: only GET/HEAD/OPTIONS for this execution (never widens the proxy's mode)")
 	if err := fs.Parse(args); err != nil {
 		return nil, ro, err
+	}
+	switch netMode {
+	case "", "limited", "full":
+	default:
+		return nil, ro, fmt.Errorf("--network-mode %q: want limited or full", netMode)
+	}
+	if len(allowDomains) > 0 || len(denyDomains) > 0 || netMode != "" {
+		ro.netPolicy = &attribution.NetworkPolicy{Allow: allowDomains, Deny: denyDomains, Mode: netMode}
 	}
 	cf.Argv = fs.Args()
 	ro.json = cf.JSON
@@ -152,6 +169,10 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	}
 	if ro.network == string(sandbox.NetworkNone) && !inv.Kind.Confining() {
 		return nil, ro, fmt.Errorf("--network none needs --sandbox read-only or workspace-write (got %s)", inv.Kind)
+	}
+	if ro.netPolicy != nil && ro.network != string(sandbox.NetworkProxied) {
+		// Only netproxy can enforce them: refuse rather than run unfenced.
+		return nil, ro, fmt.Errorf("--allow-domain, --deny-domain and --network-mode need --network proxied (got %s)", ro.network)
 	}
 	return inv, ro, nil
 }
