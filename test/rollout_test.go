@@ -57,6 +57,10 @@ func framingBridge(t *testing.T, proxyAddr, token string) string {
 				go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
 				go func() { io.Copy(c, up); done <- struct{}{} }()
 				<-done
+				// The proxy closing its side (a policy change) reaches
+				// the client at once, as with execwrap's bridge.
+				c.Close()
+				up.Close()
 				<-done
 			}()
 		}
@@ -347,12 +351,14 @@ func TestReplayPredictsTheCandidate(t *testing.T) {
 		Domains: [][2]string{
 			{"up.test", "allow"}, {"closed.test", "allow"}, {"lan.test", "allow"}, {"pub.test", "allow"},
 			{"denied.test", "deny"},
+			// The names' loopback answers pass the local guard through
+			// this prefix; the chain resolves and pins them.
+			{"127.0.0.0/8", "allow"},
 		},
 		// lan.test and pub.test are resolved by a real lookup the audit
 		// records (no static answer): the candidate's address entries are
 		// judged against what was pinned.
 		Hosts: map[string][]string{"up.test": {"127.0.0.1"}, "closed.test": {"127.0.0.1"}, "other.test": {"127.0.0.1"}, "denied.test": {"127.0.0.1"}},
-		AllowLocal: true,
 	}
 	p := WriteProxyConfig(t, live)
 	// lan.test and pub.test resolve through a DNS server of the test's
@@ -369,8 +375,10 @@ func TestReplayPredictsTheCandidate(t *testing.T) {
 	// The candidate: up.test removed, other.test added, lan.test's
 	// pinned address denied by a CIDR entry, closed.test denied.
 	candPath := filepath.Join(p.Dir, "candidate.toml")
-	candText := strings.Replace(readFile(t, p.ConfigPath), `"up.test" = "allow"`, `"other.test" = "allow"`, 1)
-	candText = strings.Replace(candText, `"closed.test" = "allow"`, `"closed.test" = "deny"`+"\n"+`"127.0.0.2/32" = "deny"`+"\n"+`"pub.test" = "deny"`, 1)
+	liveText := readFile(t, p.ConfigPath)
+	candText := strings.Replace(liveText, `"up.test" = "allow"`, `"other.test" = "allow"`, 1)
+	candText = strings.Replace(candText, `"closed.test" = "allow"`, `"closed.test" = "deny"`+"\n"+`"127.0.0.2/32" = "deny"`, 1)
+	candText = strings.Replace(candText, `"pub.test" = "allow"`, `"pub.test" = "deny"`, 1)
 	os.WriteFile(candPath, []byte(candText), 0o644)
 	if strings.Count(candText, `"other.test" = "allow"`) != 1 {
 		t.Fatalf("candidate not written as intended:\n%s", candText)
@@ -452,9 +460,6 @@ func TestReplayPredictsTheCandidate(t *testing.T) {
 	}
 	// --against: live vs candidate re-judged, same prediction.
 	livePath := filepath.Join(p.Dir, "live.toml")
-	os.WriteFile(livePath, []byte(strings.Replace(readFile(t, p.ConfigPath), candText, candText, 1)), 0o644)
-	liveText := strings.Replace(candText, `"other.test" = "allow"`, `"up.test" = "allow"`, 1)
-	liveText = strings.Replace(liveText, `"closed.test" = "deny"`+"\n"+`"127.0.0.2/32" = "deny"`+"\n"+`"pub.test" = "deny"`, `"closed.test" = "allow"`, 1)
 	os.WriteFile(livePath, []byte(liveText), 0o644)
 	if code, out2, stderr := runReplay(t, p, "--config", candPath, "--against", livePath, "--json", p.Audit+".1"); code != 10 || !sameFlips(t, out, out2) {
 		t.Fatalf("--against: exit %d\n%s\n%s", code, out2, stderr)
