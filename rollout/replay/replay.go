@@ -89,8 +89,11 @@ func ParseLine(b []byte) (Line, bool, error) {
 	if len(b) == 0 {
 		return l, false, nil
 	}
-	if err := json.Unmarshal(b, &l); err != nil {
-		return l, false, fmt.Errorf("not a JSON audit object: %v", err)
+	if !scanLine(b, &l) {
+		l = Line{}
+		if err := json.Unmarshal(b, &l); err != nil {
+			return l, false, fmt.Errorf("not a JSON audit object: %v", err)
+		}
 	}
 	if l.Event != "network_decision" {
 		if l.Event == "" {
@@ -331,6 +334,10 @@ func Recorded(l Line) (hostpolicy.Request, hostpolicy.Decision) {
 // Judge predicts the decision of p for one recorded line.
 func Judge(p Policy, l Line) hostpolicy.Decision {
 	req, live := Recorded(l)
+	return judgeRecorded(p, req, live)
+}
+
+func judgeRecorded(p Policy, req hostpolicy.Request, live hostpolicy.Decision) hostpolicy.Decision {
 	if untouched(live.Reason) {
 		return live
 	}
@@ -340,11 +347,12 @@ func Judge(p Policy, l Line) hostpolicy.Decision {
 }
 
 func (r *Replayer) judge(l Line) {
-	_, base := Recorded(l)
+	req, base := Recorded(l)
+	live := base
 	if r.o.Against != nil {
-		base = Judge(*r.o.Against, l)
+		base = judgeRecorded(*r.o.Against, req, live)
 	}
-	cand := Judge(r.o.Candidate, l)
+	cand := judgeRecorded(r.o.Candidate, req, live)
 	was, now := base.Allowed(), cand.Allowed()
 	if was == now {
 		return
