@@ -122,6 +122,8 @@ type Decision struct {
 	Intercept bool
 
 	Steps []Step
+	// noTrace: addStep records nothing (offline judgements).
+	noTrace bool
 
 	// Level is the narrower policy that blocked the request
 	// (LevelExecution or LevelSession); empty when the host-wide chain or
@@ -135,6 +137,13 @@ type Decision struct {
 	ApprovalID string
 	Override   string // e.g. "allow_session", "hook", "guardian"
 	Rationale  string
+}
+
+// addStep records one step of the trace.
+func (d *Decision) addStep(s Step) {
+	if !d.noTrace {
+		d.Steps = append(d.Steps, s)
+	}
 }
 
 // Allowed reports whether the request may proceed.

@@ -17,6 +17,8 @@ type PredictOptions struct {
 	// Inner marks a request inside an intercepted tunnel: the host chain
 	// and the method under the mode, no decider.
 	Inner bool
+	// Trace records the steps (Decision.Steps); off, nothing is recorded.
+	Trace bool
 }
 
 // Predict judges req against s offline, as the live chain would have had s
@@ -32,7 +34,7 @@ func (s *Snapshot) Predict(req Request, live Decision, o PredictOptions) Decisio
 	if !s.enabled {
 		return disabledDecision(req)
 	}
-	d, t, final := s.chain(req)
+	d, t, final := s.chainTraced(req, o.Trace)
 	if final && !d.Allowed() {
 		return d
 	}
@@ -55,13 +57,13 @@ func (s *Snapshot) Predict(req Request, live Decision, o PredictOptions) Decisio
 			addrs := live.Addrs
 			if a, entry, ok := s.denyAddrs.matchAny(addrs); ok {
 				d.Verdict, d.Reason, d.Pattern = Deny, ReasonDenied, entry
-				d.Steps = append(d.Steps, Step{Step: StepDeny, Result: ResultHit, Detail: "pinned address " + a.String() + " in " + entry})
+				d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "pinned address " + a.String() + " in " + entry})
 				return d
 			}
 			if !s.allowLocalBinding {
 				if a, bad := s.firstLocal(addrs); bad {
 					d.Verdict, d.Reason = Deny, ReasonNotAllowedLocal
-					d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "pinned address " + a.String() + " is non-public"})
+					d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "pinned address " + a.String() + " is non-public"})
 					return d
 				}
 			}

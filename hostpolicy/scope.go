@@ -202,7 +202,7 @@ func scopeAddrBlock(d *Decision, addrs []netip.Addr, scopes []*Scope) bool {
 func scopeDeny(d *Decision, level, pattern string, step StepName, res StepResult, detail string) {
 	d.Verdict, d.Reason, d.Source, d.Level, d.Pattern = Deny, ReasonPolicyDenied, SourceBaseline, level, pattern
 	d.Intercept = false
-	d.Steps = append(d.Steps, Step{Step: step, Result: res, Detail: detail})
+	d.addStep(Step{Step: step, Result: res, Detail: detail})
 }
 
 // scopeMode returns the effective mode under scopes and the level of the
@@ -296,11 +296,11 @@ func (e *Engine) InnerDecisionScoped(ctx context.Context, req Request, scopes []
 
 func innerMode(mode string, req Request, d Decision) Decision {
 	if MethodAllowed(mode, req.Method) {
-		d.Steps = append(d.Steps, Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
+		d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
 		return d
 	}
 	d.Verdict, d.Reason, d.Source = Deny, ReasonMethodNotAllowed, SourceModeGuard
-	d.Steps = append(d.Steps, Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(ReasonMethodNotAllowed)})
+	d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(ReasonMethodNotAllowed)})
 	return d
 }
 

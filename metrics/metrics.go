@@ -67,6 +67,7 @@ type Metrics struct {
 	guardianPrescreen *prometheus.CounterVec
 
 	shadowDecisions    *prometheus.CounterVec
+	shadowPairs        map[[2]string]prometheus.Counter // every (live, shadow) pair, resolved once
 	shadowConfigErrors prometheus.Counter
 	shadowConfigLoaded prometheus.Gauge
 
@@ -285,10 +286,11 @@ func (m *Metrics) initSeries() {
 	for v := range prescreenResults {
 		m.guardianPrescreen.WithLabelValues(v)
 	}
+	m.shadowPairs = map[[2]string]prometheus.Counter{}
 	for l := range decisionValues {
 		for sh := range decisionValues {
 			if l != sh {
-				m.shadowDecisions.WithLabelValues(l, sh)
+				m.shadowPairs[[2]string{l, sh}] = m.shadowDecisions.WithLabelValues(l, sh)
 			}
 		}
 	}
@@ -298,6 +300,10 @@ func (m *Metrics) initSeries() {
 // (allow|deny|ask) differs from the live one.
 func (m *Metrics) ShadowDecision(live, shadow string) {
 	if m == nil {
+		return
+	}
+	if c, ok := m.shadowPairs[[2]string{live, shadow}]; ok {
+		c.Inc()
 		return
 	}
 	m.shadowDecisions.WithLabelValues(clamp(live, decisionValues), clamp(shadow, decisionValues)).Inc()

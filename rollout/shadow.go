@@ -52,9 +52,28 @@ type Shadow struct {
 // hostRow counts one host's disagreements.
 type hostRow struct {
 	mu      sync.Mutex
-	flips   map[[2]hostpolicy.Verdict]uint64
-	reasons map[string]uint64 // "shadow reason|pattern" → count
+	flips   [3][3]uint64 // [live][shadow] by verdictIndex
+	reasons map[reasonKey]uint64
 	last    time.Time
+}
+
+// reasonKey is the shadow policy's reason and pattern.
+type reasonKey struct {
+	reason  hostpolicy.Reason
+	pattern string
+}
+
+// verdicts are the decision values, indexed as hostRow.flips is.
+var verdicts = [3]hostpolicy.Verdict{hostpolicy.Allow, hostpolicy.Deny, hostpolicy.Ask}
+
+func verdictIndex(v hostpolicy.Verdict) int {
+	switch v {
+	case hostpolicy.Allow:
+		return 0
+	case hostpolicy.Ask:
+		return 2
+	}
+	return 1
 }
 
 // NewShadow returns an empty Shadow (no candidate); max ≤ 0 means
@@ -115,17 +134,17 @@ func (sh *Shadow) record(host string, live, shadow hostpolicy.Decision) {
 		sh.meter.ShadowDecision(string(live.Verdict), string(shadow.Verdict))
 	}
 	row := sh.row(host)
-	key := string(shadow.Reason) + "|" + shadow.Pattern
+	key := reasonKey{shadow.Reason, shadow.Pattern}
+	now := sh.now()
 	row.mu.Lock()
-	if row.flips == nil {
-		row.flips = map[[2]hostpolicy.Verdict]uint64{}
-		row.reasons = map[string]uint64{}
+	if row.reasons == nil {
+		row.reasons = map[reasonKey]uint64{}
 	}
-	row.flips[[2]hostpolicy.Verdict{live.Verdict, shadow.Verdict}]++
+	row.flips[verdictIndex(live.Verdict)][verdictIndex(shadow.Verdict)]++
 	if _, ok := row.reasons[key]; ok || len(row.reasons) < maxReasonsPerHost {
 		row.reasons[key]++
 	}
-	row.last = sh.now()
+	row.last = now
 	row.mu.Unlock()
 }
 
@@ -239,29 +258,27 @@ func (sh *Shadow) Summary() Summary {
 func (r *hostRow) flipsOf(host string) (HostFlips, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.flips) == 0 {
+	hf := HostFlips{Host: host, LastSeen: r.last.UTC(), Flips: []FlipCounts{}, Reasons: []ReasonCounts{}}
+	for i, row := range r.flips {
+		for j, n := range row {
+			if n == 0 {
+				continue
+			}
+			hf.Flips = append(hf.Flips, FlipCounts{Live: string(verdicts[i]), Shadow: string(verdicts[j]), Count: n})
+			hf.totalWeight += n
+			switch {
+			case i == 0 && j != 0:
+				hf.AllowBlock += n
+			case i != 0 && j == 0:
+				hf.BlockAllow += n
+			}
+		}
+	}
+	if hf.totalWeight == 0 {
 		return HostFlips{}, false
 	}
-	hf := HostFlips{Host: host, LastSeen: r.last.UTC(), Flips: []FlipCounts{}, Reasons: []ReasonCounts{}}
-	for k, n := range r.flips {
-		hf.Flips = append(hf.Flips, FlipCounts{Live: string(k[0]), Shadow: string(k[1]), Count: n})
-		hf.totalWeight += n
-		switch {
-		case k[0] == hostpolicy.Allow && k[1] != hostpolicy.Allow:
-			hf.AllowBlock += n
-		case k[0] != hostpolicy.Allow && k[1] == hostpolicy.Allow:
-			hf.BlockAllow += n
-		}
-	}
-	sort.Slice(hf.Flips, func(i, j int) bool {
-		if hf.Flips[i].Live != hf.Flips[j].Live {
-			return hf.Flips[i].Live < hf.Flips[j].Live
-		}
-		return hf.Flips[i].Shadow < hf.Flips[j].Shadow
-	})
 	for k, n := range r.reasons {
-		reason, pattern := splitKey(k)
-		hf.Reasons = append(hf.Reasons, ReasonCounts{Reason: reason, Pattern: pattern, Count: n})
+		hf.Reasons = append(hf.Reasons, ReasonCounts{Reason: string(k.reason), Pattern: k.pattern, Count: n})
 	}
 	sort.Slice(hf.Reasons, func(i, j int) bool {
 		if hf.Reasons[i].Count != hf.Reasons[j].Count {
@@ -270,13 +287,4 @@ func (r *hostRow) flipsOf(host string) (HostFlips, bool) {
 		return hf.Reasons[i].Reason+hf.Reasons[i].Pattern < hf.Reasons[j].Reason+hf.Reasons[j].Pattern
 	})
 	return hf, true
-}
-
-func splitKey(k string) (string, string) {
-	for i := 0; i < len(k); i++ {
-		if k[i] == '|' {
-			return k[:i], k[i+1:]
-		}
-	}
-	return k, ""
 }
