@@ -760,4 +760,8 @@ exit 0`, up.URL("up.test", "/hello"), up.URL("closed.test", "/hello"))
 	if code != 2 || !strings.Contains(stderr, "--network proxied") {
 		t.Fatalf("--allow-domain with host network: exit %d %s", code, stderr)
 	}
+	_, code, stderr, _ = sbxExec(ExecwrapBin(t), p.Env(), dir, "--control", p.Control, "--allow-domain", "up.test", "--allow-domain", "a/b", "--", "true")
+	if code != 2 || !strings.Contains(stderr, "allow[1]") {
+		t.Fatalf("bad --allow-domain: exit %d %s", code, stderr)
+	}
 }

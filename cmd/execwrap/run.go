@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/netproxy/netproxy/attribution"
+	"github.com/netproxy/netproxy/hostpolicy"
 	"io"
 	"os"
 	"os/signal"
@@ -129,6 +130,11 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	}
 	if len(allowDomains) > 0 || len(denyDomains) > 0 || netMode != "" {
 		ro.netPolicy = &attribution.NetworkPolicy{Allow: allowDomains, Deny: denyDomains, Mode: netMode}
+		// The same validation netproxy applies, so a typo is a usage error
+		// here (allow[i] is the i-th --allow-domain, deny[i] --deny-domain).
+		if _, err := hostpolicy.BuildScope(hostpolicy.LevelExecution, hostpolicy.ScopeSpec{Allow: allowDomains, Deny: denyDomains, Mode: netMode}); err != nil {
+			return nil, ro, fmt.Errorf("--allow-domain/--deny-domain: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
+		}
 	}
 	cf.Argv = fs.Args()
 	ro.json = cf.JSON
