@@ -315,8 +315,20 @@ func (e *Engine) RecheckScoped(host string, port int, addrs []netip.Addr, scopes
 	case ReasonDenied, ReasonNotAllowedLocal, ReasonProxyDisabled:
 		return d
 	}
+	return ApplyScopes(d, scopes)
+}
+
+// ApplyScopes judges an already-made decision's normalised host and
+// pinned addresses against scopes (no lookup): a scope block turns it into
+// policy_denied; anything else is returned unchanged. It is for scopes
+// that changed after the decision was made (e.g. while a reviewer was
+// deciding).
+func ApplyScopes(d Decision, scopes []*Scope) Decision {
+	if len(scopes) == 0 || d.Host == "" {
+		return d
+	}
 	t := targetOf(d.Host)
-	if scopeBlock(&d, t, scopes) || scopeAddrBlock(&d, addrs, scopes) {
+	if scopeBlock(&d, t, scopes) || scopeAddrBlock(&d, d.Addrs, scopes) {
 		return d
 	}
 	return d

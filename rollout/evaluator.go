@@ -39,7 +39,27 @@ func (e *Evaluator) Shadow() *Shadow { return e.shadow }
 func (e *Evaluator) Evaluate(ctx context.Context, req hostpolicy.Request) hostpolicy.Decision {
 	scopes := e.scopes.For(req.ExecutionID, req.SessionID)
 	d := e.engine.EvaluateScoped(ctx, req, scopes)
+	if d.Allowed() && d.Source == hostpolicy.SourceDecider {
+		// A review may have taken minutes: a narrower policy installed
+		// meanwhile applies to its answer too.
+		if now := e.scopes.For(req.ExecutionID, req.SessionID); !sameScopes(scopes, now) {
+			scopes = now
+			d = hostpolicy.ApplyScopes(d, scopes)
+		}
+	}
 	return e.judgeShadow(req, d, scopes, false)
+}
+
+func sameScopes(a, b []*hostpolicy.Scope) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // InnerDecision judges one request inside an intercepted tunnel.

@@ -187,3 +187,30 @@ func BenchmarkDecision(b *testing.B) {
 		})
 	}
 }
+
+// reviewer blocks until release, then allows: a narrower policy installed
+// while it decides must still apply to its answer.
+type slowReviewer struct{ started, release chan struct{} }
+
+func (r slowReviewer) Decide(_ context.Context, _ hostpolicy.Request, base hostpolicy.Decision) hostpolicy.Decision {
+	close(r.started)
+	<-r.release
+	base.Verdict, base.Reason = hostpolicy.Allow, hostpolicy.ReasonNone
+	return base
+}
+
+func TestSessionPolicyInstalledDuringReviewApplies(t *testing.T) {
+	r := slowReviewer{started: make(chan struct{}), release: make(chan struct{})}
+	ev := NewEvaluator(hostpolicy.NewEngine(build(t, map[string]string{"up.test": "allow"}), r), nil, nil, true)
+	done := make(chan hostpolicy.Decision, 1)
+	rq := req("gone.test")
+	rq.SessionID, rq.ExecutionID = "s1", "e1"
+	go func() { done <- ev.Evaluate(context.Background(), rq) }()
+	<-r.started
+	sc, _ := hostpolicy.BuildScope(hostpolicy.LevelSession, hostpolicy.ScopeSpec{Deny: []string{"gone.test"}})
+	ev.Scopes().SetSession("s1", sc)
+	close(r.release)
+	if d := <-done; d.Reason != hostpolicy.ReasonPolicyDenied || d.Level != hostpolicy.LevelSession {
+		t.Fatalf("reviewed request after a session deny: %s/%s level %q", d.Verdict, d.Reason, d.Level)
+	}
+}
