@@ -6,8 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/netproxy/netproxy/attribution"
-	"github.com/netproxy/netproxy/hostpolicy"
 	"io"
 	"os"
 	"os/signal"
@@ -18,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/netproxy/netproxy/attribution"
 	"github.com/netproxy/netproxy/execcore/approvalpolicy"
 	"github.com/netproxy/netproxy/sandbox"
 	"github.com/netproxy/netproxy/sandbox/netctl"
@@ -37,6 +36,8 @@ const (
 // parser).
 type runOptions struct {
 	network       string
+	netFlags      *networkFlags              // --allow-domain, --deny-domain, --network-mode
+	netPolicy     *attribution.NetworkPolicy // what they register (nil: none)
 	control       string
 	session       string
 	envID         string
@@ -46,9 +47,6 @@ type runOptions struct {
 	writableRoots []string
 	tier          string
 	maxOutput     int
-	// netPolicy narrows the host-wide network policy for this execution
-	// (--allow-domain, --deny-domain, --network-mode); nil: none.
-	netPolicy *attribution.NetworkPolicy
 }
 
 // runRun implements `execwrap run` (SPEC §6.4, §7.6).
@@ -107,6 +105,7 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	fs := flag.NewFlagSet("execwrap run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	cf := registerCheckFlags(fs)
+	ro.netFlags = registerNetworkFlags(fs)
 	fs.StringVar(&ro.network, "network", "", "proxied | none | host")
 	fs.StringVar(&ro.control, "control", "", "netproxy control socket")
 	fs.StringVar(&ro.session, "session", "default", "session id")
@@ -115,26 +114,8 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	fs.DurationVar(&ro.timeout, "timeout", 0, "kill the command after this long")
 	fs.StringVar(&ro.tier, "tier", "auto", "auto | namespaces | landlock")
 	fs.IntVar(&ro.maxOutput, "max-output", 1<<20, "bytes of stdout and of stderr kept in the result")
-	var allowDomains, denyDomains []string
-	var netMode string
-	fs.Var((*repeated)(&allowDomains), "allow-domain", "narrow this execution's egress to hosts matching this pattern (repeatable; never widens the proxy's policy)")
-	fs.Var((*repeated)(&denyDomains), "deny-domain", "deny hosts matching this pattern to this execution (repeatable)")
-	fs.StringVar(&netMode, "network-mode", "", "limited: only GET/HEAD/OPTIONS for this execution (never widens the proxy's mode)")
 	if err := fs.Parse(args); err != nil {
 		return nil, ro, err
-	}
-	switch netMode {
-	case "", "limited", "full":
-	default:
-		return nil, ro, fmt.Errorf("--network-mode %q: want limited or full", netMode)
-	}
-	if len(allowDomains) > 0 || len(denyDomains) > 0 || netMode != "" {
-		ro.netPolicy = &attribution.NetworkPolicy{Allow: allowDomains, Deny: denyDomains, Mode: netMode}
-		// The same validation netproxy applies, so a typo is a usage error
-		// here (allow[i] is the i-th --allow-domain, deny[i] --deny-domain).
-		if _, err := hostpolicy.BuildScope(hostpolicy.LevelExecution, hostpolicy.ScopeSpec{Allow: allowDomains, Deny: denyDomains, Mode: netMode}); err != nil {
-			return nil, ro, fmt.Errorf("--allow-domain/--deny-domain: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
-		}
 	}
 	cf.Argv = fs.Args()
 	ro.json = cf.JSON
@@ -176,10 +157,11 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	if ro.network == string(sandbox.NetworkNone) && !inv.Kind.Confining() {
 		return nil, ro, fmt.Errorf("--network none needs --sandbox read-only or workspace-write (got %s)", inv.Kind)
 	}
-	if ro.netPolicy != nil && ro.network != string(sandbox.NetworkProxied) {
-		// Only netproxy can enforce them: refuse rather than run unfenced.
-		return nil, ro, fmt.Errorf("--allow-domain, --deny-domain and --network-mode need --network proxied (got %s)", ro.network)
+	np, perr := ro.netFlags.policy(ro.network)
+	if perr != nil {
+		return nil, ro, perr
 	}
+	ro.netPolicy = np
 	return inv, ro, nil
 }
 
