@@ -120,10 +120,10 @@ type Decision struct {
 	// Intercept is set on an allowed limited-mode CONNECT admitted to MITM
 	// interception (Options.MITM): every inner request must be re-checked.
 	Intercept bool
-
-	Steps []Step
 	// noTrace: addStep records nothing (offline judgements).
 	noTrace bool
+
+	Steps []Step
 
 	// Level is the narrower policy that blocked the request
 	// (LevelExecution or LevelSession); empty when the host-wide chain or
