@@ -34,6 +34,7 @@ type ControlServer struct {
 
 	mu        sync.RWMutex
 	approvals http.Handler
+	network   NetworkCheck
 
 	srv *http.Server
 	mux *http.ServeMux
@@ -57,6 +58,21 @@ func NewControlServer(reg *Registry, info ProxyInfo, approvals http.Handler) *Co
 func (c *ControlServer) SetApprovals(h http.Handler) {
 	c.mu.Lock()
 	c.approvals = h
+	c.mu.Unlock()
+}
+
+// NetworkCheck validates an execution's narrower network policy before it
+// is registered: an error rejects the registration (400); notes say what
+// in it has no effect (a narrower policy can only narrow) and are returned
+// to the client.
+type NetworkCheck func(p NetworkPolicy) (notes []string, err error)
+
+// SetNetworkCheck installs the validator of the "network" object of POST
+// /v1/executions. Without one, a registration that carries a network
+// policy is refused (it could not be enforced).
+func (c *ControlServer) SetNetworkCheck(f NetworkCheck) {
+	c.mu.Lock()
+	c.network = f
 	c.mu.Unlock()
 }
 
@@ -145,6 +161,9 @@ type registerResponse struct {
 	Token       string `json:"token"`
 	HTTPProxy   string `json:"http_proxy"`
 	SOCKS5Proxy string `json:"socks5_proxy"`
+	// NetworkNotes say what in the execution's network policy has no
+	// effect (omitted when none).
+	NetworkNotes []string `json:"network_notes,omitempty"`
 }
 
 func (c *ControlServer) register(w http.ResponseWriter, r *http.Request) {
@@ -154,6 +173,21 @@ func (c *ControlServer) register(w http.ResponseWriter, r *http.Request) {
 	if err := dec.Decode(&spec); err != nil {
 		writeError(w, http.StatusBadRequest, "request body must be a JSON object {session_id, environment_id, turn_id?, command, cwd?}: "+err.Error())
 		return
+	}
+	var notes []string
+	if spec.Network != nil {
+		c.mu.RLock()
+		check := c.network
+		c.mu.RUnlock()
+		if check == nil {
+			writeError(w, http.StatusServiceUnavailable, "network: this proxy cannot enforce a per-execution network policy")
+			return
+		}
+		var err error
+		if notes, err = check(*spec.Network); err != nil {
+			writeError(w, http.StatusBadRequest, "network: "+strings.ReplaceAll(err.Error(), "\n", "; "))
+			return
+		}
 	}
 	e, token, err := c.reg.Register(spec)
 	if err != nil {
@@ -166,6 +200,7 @@ func (c *ControlServer) register(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusCreated, registerResponse{
 		ExecutionID: e.ID, Token: token, HTTPProxy: c.info.HTTP, SOCKS5Proxy: c.info.SOCKS5,
+		NetworkNotes: notes,
 	})
 }
 

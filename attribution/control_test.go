@@ -5,9 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -140,4 +143,46 @@ func TestControlRejectsBadRequests(t *testing.T) {
 		t.Errorf("approvals without a service: %d, want 503", resp.StatusCode)
 	}
 	resp.Body.Close()
+}
+
+func TestControlRegisterNetworkPolicy(t *testing.T) {
+	reg := NewRegistry()
+	cs := NewControlServer(reg, ProxyInfo{HTTP: "127.0.0.1:3128"}, nil)
+	post := func(body string) (int, map[string]any) {
+		rec := httptest.NewRecorder()
+		cs.Handler().ServeHTTP(rec, httptest.NewRequest("POST", "/v1/executions", strings.NewReader(body)))
+		var m map[string]any
+		json.Unmarshal(rec.Body.Bytes(), &m)
+		return rec.Code, m
+	}
+	body := `{"session_id":"s","environment_id":"e","command":["x"],"network":{"allow":["a.test"],"mode":"limited"}}`
+	// No checker installed: a policy that cannot be enforced is refused.
+	if code, _ := post(body); code != 503 {
+		t.Fatalf("without a checker: %d", code)
+	}
+	var seen NetworkPolicy
+	cs.SetNetworkCheck(func(p NetworkPolicy) ([]string, error) {
+		seen = p
+		if len(p.Deny) > 0 {
+			return nil, errors.New("deny[0]: bad")
+		}
+		return []string{"note"}, nil
+	})
+	code, m := post(body)
+	if code != 201 || fmt.Sprint(m["network_notes"]) != "[note]" || seen.Mode != "limited" {
+		t.Fatalf("register: %d %v %+v", code, m, seen)
+	}
+	e, ok := reg.Get(m["execution_id"].(string))
+	if !ok || e.Network == nil || e.Network.Allow[0] != "a.test" {
+		t.Fatalf("execution lacks its policy: %+v", e)
+	}
+	if code, m := post(`{"session_id":"s","environment_id":"e","command":["x"],"network":{"deny":["x"]}}`); code != 400 || !strings.Contains(fmt.Sprint(m["error"]), "deny[0]") {
+		t.Fatalf("bad policy: %d %v", code, m)
+	}
+	if code, _ := post(`{"session_id":"s","environment_id":"e","command":["x"],"network":{"widen":true}}`); code != 400 {
+		t.Fatalf("unknown key: %d", code)
+	}
+	if len(reg.Active()) != 1 {
+		t.Fatalf("a refused registration was registered: %d", len(reg.Active()))
+	}
 }

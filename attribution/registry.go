@@ -21,20 +21,44 @@ type ExecutionSpec struct {
 	// Optional narrowing of the approval service's settings for this execution.
 	ApprovalPolicy string `json:"approval_policy,omitempty"`
 	Reviewer       string `json:"reviewer,omitempty"`
+	// Network optionally narrows the host-wide network policy for this
+	// execution only (it can never widen it).
+	Network *NetworkPolicy `json:"network,omitempty"`
+}
+
+// NetworkPolicy is a narrower network policy: the "network" object of
+// POST /v1/executions and the body of PUT /v1/sessions/{id}/network.
+// Entries use the list syntax of the host-wide policy; mode "limited"
+// narrows a full host-wide mode. The proxy validates and compiles it
+// (hostpolicy.BuildScope); this package only carries it.
+type NetworkPolicy struct {
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+	Mode  string   `json:"mode,omitempty"`
+}
+
+// Clone returns a deep copy (nil for nil).
+func (p *NetworkPolicy) Clone() *NetworkPolicy {
+	if p == nil {
+		return nil
+	}
+	return &NetworkPolicy{Allow: append([]string(nil), p.Allow...), Deny: append([]string(nil), p.Deny...), Mode: p.Mode}
 }
 
 // Execution is one registered, active command execution. It never holds the
 // token, so it is safe to log and to return from APIs.
 type Execution struct {
-	ID             string    `json:"execution_id"`
-	SessionID      string    `json:"session_id"`
-	EnvironmentID  string    `json:"environment_id"`
-	TurnID         string    `json:"turn_id,omitempty"`
-	Command        []string  `json:"command"`
-	Cwd            string    `json:"cwd,omitempty"`
-	ApprovalPolicy string    `json:"approval_policy,omitempty"`
-	Reviewer       string    `json:"reviewer,omitempty"`
-	Started        time.Time `json:"started"`
+	ID             string   `json:"execution_id"`
+	SessionID      string   `json:"session_id"`
+	EnvironmentID  string   `json:"environment_id"`
+	TurnID         string   `json:"turn_id,omitempty"`
+	Command        []string `json:"command"`
+	Cwd            string   `json:"cwd,omitempty"`
+	ApprovalPolicy string   `json:"approval_policy,omitempty"`
+	Reviewer       string   `json:"reviewer,omitempty"`
+	// Network is the execution's narrower network policy (nil: none).
+	Network *NetworkPolicy `json:"network,omitempty"`
+	Started time.Time      `json:"started"`
 }
 
 // DefaultSession names the session and the environment that unattributed
@@ -136,6 +160,7 @@ func (r *Registry) Register(spec ExecutionSpec) (Execution, string, error) {
 		Cwd:            spec.Cwd,
 		ApprovalPolicy: spec.ApprovalPolicy,
 		Reviewer:       spec.Reviewer,
+		Network:        spec.Network.Clone(),
 		Started:        r.now().UTC(),
 	}
 	key := sha256.Sum256([]byte(token))

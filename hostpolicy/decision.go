@@ -120,13 +120,30 @@ type Decision struct {
 	// Intercept is set on an allowed limited-mode CONNECT admitted to MITM
 	// interception (Options.MITM): every inner request must be re-checked.
 	Intercept bool
+	// noTrace: addStep records nothing (offline judgements).
+	noTrace bool
 
 	Steps []Step
+
+	// Level is the narrower policy that blocked the request
+	// (LevelExecution or LevelSession); empty when the host-wide chain or
+	// the decider decided.
+	Level string
+	// Shadow is the candidate policy's decision when it disagrees with
+	// this one ([shadow]); nil otherwise. It never changes this decision.
+	Shadow *ShadowDecision
 
 	// Filled by the decider when it answered.
 	ApprovalID string
 	Override   string // e.g. "allow_session", "hook", "guardian"
 	Rationale  string
+}
+
+// addStep records one step of the trace.
+func (d *Decision) addStep(s Step) {
+	if !d.noTrace {
+		d.Steps = append(d.Steps, s)
+	}
 }
 
 // Allowed reports whether the request may proceed.
@@ -137,4 +154,14 @@ func (d Decision) Allowed() bool { return d.Verdict == Allow }
 // decision. Implementations must fail closed.
 type Decider interface {
 	Decide(ctx context.Context, req Request, baseline Decision) Decision
+}
+
+// ShadowDecision is what the candidate ([shadow]) policy would have
+// decided for a request (SPEC issue 15): its verdict, reason and pattern.
+type ShadowDecision struct {
+	Verdict Verdict
+	Reason  Reason
+	Pattern string
+	Source  Source
+	Level   string
 }

@@ -211,7 +211,7 @@ func (e *Engine) Evaluate(ctx context.Context, req Request) Decision {
 		// The decider keys its caches on the canonical host.
 		req.Host = d.Host
 		out := e.decider.Decide(ctx, req, d)
-		return e.afterDecider(ctx, req, d, out)
+		return e.afterDeciderIn(ctx, req, d, out, nil)
 	}
 	return d
 }
@@ -221,7 +221,7 @@ func (e *Engine) Evaluate(ctx context.Context, req Request) Decision {
 // carry source decider. An allow is re-checked against the current
 // snapshot (SPEC §3.9: a deny or kill switch that arrived while a reviewer
 // was deciding wins) and the name is then resolved and judged (SPEC §3.4).
-func (e *Engine) afterDecider(ctx context.Context, req Request, base, out Decision) Decision {
+func (e *Engine) afterDeciderIn(ctx context.Context, req Request, base, out Decision, scopes []*Scope) Decision {
 	cur := e.state.Load()
 	if !cur.enabled {
 		// No approval outlives the kill switch.
@@ -241,20 +241,29 @@ func (e *Engine) afterDecider(ctx context.Context, req Request, base, out Decisi
 		}
 		return d
 	}
+	mode, level := cur.scopeMode(scopes)
 	d, t, final := cur.chain(req)
 	if final {
 		// Denied or local since the review began (or now allowed as a
 		// local literal by the list itself): the current policy decides.
 		if d.Verdict == Allow {
-			return cur.modeGuard(req, d)
+			if scopeBlock(&d, t, scopes) {
+				return d
+			}
+			return withLevel(cur.modeGuardIn(mode, req, d), level)
 		}
+		return d
+	}
+	// A narrower policy the reviewer cannot widen (checked before the
+	// review too; the scopes are the request's own).
+	if scopeBlock(&d, t, scopes) {
 		return d
 	}
 	// Allow-listed by now (allow_always) or allowed by the decider: resolve
 	// and judge exactly as step 5.
 	d.Verdict, d.Reason = Allow, ReasonNone
 	d = cur.resolveAllowed(ctx, d, t)
-	if !d.Allowed() {
+	if !d.Allowed() || scopeAddrBlock(&d, d.Addrs, scopes) {
 		return d
 	}
 	d.Source = SourceDecider
@@ -263,7 +272,7 @@ func (e *Engine) afterDecider(ctx context.Context, req Request, base, out Decisi
 		d.Pattern = out.Pattern
 	}
 	// A reviewer approves a host, never a method: limited mode still applies.
-	return cur.modeGuard(req, d)
+	return withLevel(cur.modeGuardIn(mode, req, d), level)
 }
 
 // EvaluateHost runs only the host chain of SPEC §3.4 (no mode guard, no
@@ -296,7 +305,7 @@ func (e *Engine) Recheck(host string, port int, addrs []netip.Addr) Decision {
 	}
 	if a, entry, ok := s.denyAddrs.matchAny(addrs); ok {
 		d.Verdict, d.Reason, d.Source, d.Pattern = Deny, ReasonDenied, SourceBaseline, entry
-		d.Steps = append(d.Steps, Step{Step: StepDeny, Result: ResultHit, Detail: "pinned address " + a.String() + " in " + entry})
+		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "pinned address " + a.String() + " in " + entry})
 		return d
 	}
 	if !s.allowLocalBinding && !d.LocalLiteral {
@@ -304,7 +313,7 @@ func (e *Engine) Recheck(host string, port int, addrs []netip.Addr) Decision {
 			if _, isIP := parseLiteral(d.Host); !isIP {
 				// Nothing proves where a name's connection went: fail closed.
 				d.Verdict, d.Reason, d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
-				d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "no pinned address"})
+				d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "no pinned address"})
 				return d
 			}
 		}
@@ -316,7 +325,7 @@ func (e *Engine) Recheck(host string, port int, addrs []netip.Addr) Decision {
 				continue
 			}
 			d.Verdict, d.Reason, d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
-			d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "pinned address " + a.String() + " is non-public"})
+			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "pinned address " + a.String() + " is non-public"})
 			return d
 		}
 	}
@@ -368,9 +377,18 @@ func (s *Snapshot) hostDecision(ctx context.Context, req Request) Decision {
 // an allowed local literal); otherwise d is not_allowed or an allow that
 // still needs step 5.
 func (s *Snapshot) chain(req Request) (d Decision, t target, final bool) {
-	// Room for every step (deny, local_guard, allow, step 5, mode) so the
-	// chain allocates its trace once.
-	d = Decision{Verdict: Deny, Source: SourceBaseline, Port: req.Port, Steps: make([]Step, 0, 5)}
+	return s.chainTraced(req, true)
+}
+
+// chainTraced is chain; without trace no step is recorded (the shadow and
+// replay judgements need the outcome only, and no allocation for it).
+func (s *Snapshot) chainTraced(req Request, trace bool) (d Decision, t target, final bool) {
+	d = Decision{Verdict: Deny, Source: SourceBaseline, Port: req.Port, noTrace: !trace}
+	if trace {
+		// Room for every step (deny, local_guard, allow, step 5, mode) so
+		// the chain allocates its trace once.
+		d.Steps = make([]Step, 0, 5)
+	}
 
 	// 1. normalise
 	host, err := Normalize(req.Host)
@@ -381,7 +399,7 @@ func (s *Snapshot) chain(req Request) (d Decision, t target, final bool) {
 			detail = err.Error()
 		}
 		// SPEC §7.1 knows four steps; an unusable host is an allow-list miss.
-		d.Steps = append(d.Steps, Step{Step: StepAllow, Result: ResultMiss, Detail: "invalid host: " + detail})
+		d.addStep(Step{Step: StepAllow, Result: ResultMiss, Detail: "invalid host: " + detail})
 		return d, t, true
 	}
 	d.Host = host
@@ -408,28 +426,28 @@ func (s *Snapshot) chain(req Request) (d Decision, t target, final bool) {
 		}
 		if pat, ok := s.deny.match(h); ok {
 			d.Reason, d.Pattern = ReasonDenied, pat
-			d.Steps = append(d.Steps, Step{Step: StepDeny, Result: ResultHit, Detail: pat})
+			d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: pat})
 			return d, t, true
 		}
 	}
 	if h, ok := amended(s.amends.deny, host, t.unscoped, t.mapped); ok {
 		d.Reason, d.Pattern = ReasonDenied, h
-		d.Steps = append(d.Steps, Step{Step: StepDeny, Result: ResultHit, Detail: h + " (amended)"})
+		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: h + " (amended)"})
 		return d, t, true
 	}
 	if t.isIP {
 		if entry, ok := s.denyAddrs.match(t.addr); ok {
 			d.Reason, d.Pattern = ReasonDenied, entry
-			d.Steps = append(d.Steps, Step{Step: StepDeny, Result: ResultHit, Detail: entry})
+			d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: entry})
 			return d, t, true
 		}
 	}
 	if a, entry, ok := s.denyAddrs.matchAny(t.static); ok {
 		d.Reason, d.Pattern = ReasonDenied, entry
-		d.Steps = append(d.Steps, Step{Step: StepDeny, Result: ResultHit, Detail: "static answer " + a.String() + " in " + entry})
+		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "static answer " + a.String() + " in " + entry})
 		return d, t, true
 	}
-	d.Steps = append(d.Steps, Step{Step: StepDeny, Result: ResultMiss})
+	d.addStep(Step{Step: StepDeny, Result: ResultMiss})
 
 	// 3. local/private guard: literals and static answers only; any other
 	// name is not resolved here.
@@ -444,7 +462,7 @@ func (s *Snapshot) chain(req Request) (d Decision, t target, final bool) {
 			}
 			if !ok {
 				d.Reason = ReasonNotAllowedLocal
-				d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "local/private address not allow-listed exactly or by prefix"})
+				d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "local/private address not allow-listed exactly or by prefix"})
 				return d, t, true
 			}
 			d.LocalLiteral = true
@@ -455,29 +473,29 @@ func (s *Snapshot) chain(req Request) (d Decision, t target, final bool) {
 				// RFC 6761: localhost is loopback, never looked up.
 				d.Addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
 			}
-			d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultPass, Detail: "allow-list entry " + pat})
-			d.Steps = append(d.Steps, Step{Step: StepAllow, Result: ResultHit, Detail: pat})
+			d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "allow-list entry " + pat})
+			d.addStep(Step{Step: StepAllow, Result: ResultHit, Detail: pat})
 			d.Verdict, d.Reason = Allow, ReasonNone
 			return d, t, true
 		}
 		switch {
 		case t.isIP:
 			d.Addrs = []netip.Addr{t.addr}
-			d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultPass, Detail: "public address"})
+			d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "public address"})
 		case t.hasStatic:
 			if a, bad := s.firstLocal(t.static); bad {
 				d.Reason = ReasonNotAllowedLocal
 				d.Addrs = append([]netip.Addr(nil), t.static...)
-				d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "static answer " + a.String() + " is non-public"})
+				d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "static answer " + a.String() + " is non-public"})
 				return d, t, true
 			}
 			d.Addrs = append([]netip.Addr(nil), t.static...)
-			d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultPass, Detail: "static answers checked"})
+			d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "static answers checked"})
 		default:
-			d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultPass, Detail: "name not resolved before the allow list"})
+			d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "name not resolved before the allow list"})
 		}
 	} else {
-		d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultPass, Detail: "allow_local_binding = true"})
+		d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "allow_local_binding = true"})
 		if t.isIP {
 			d.Addrs = []netip.Addr{t.addr}
 		} else if t.hasStatic {
@@ -503,7 +521,7 @@ func (s *Snapshot) chain(req Request) (d Decision, t target, final bool) {
 	}
 	if !ok {
 		d.Reason = ReasonNotAllowed
-		d.Steps = append(d.Steps, Step{Step: StepAllow, Result: ResultMiss})
+		d.addStep(Step{Step: StepAllow, Result: ResultMiss})
 		return d, t, false
 	}
 	d.Pattern = pat
@@ -511,7 +529,7 @@ func (s *Snapshot) chain(req Request) (d Decision, t target, final bool) {
 	if amendedHit {
 		detail += " (amended)"
 	}
-	d.Steps = append(d.Steps, Step{Step: StepAllow, Result: ResultHit, Detail: detail})
+	d.addStep(Step{Step: StepAllow, Result: ResultHit, Detail: detail})
 	d.Verdict, d.Reason = Allow, ReasonNone
 	return d, t, false
 }
@@ -547,24 +565,24 @@ func (s *Snapshot) resolveAllowed(ctx context.Context, d Decision, t target) Dec
 	addrs, err := s.lookupDNS(ctx, t.host)
 	if err != nil {
 		d.Verdict, d.Reason, d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
-		d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "lookup failed: " + err.Error()})
+		d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "lookup failed: " + err.Error()})
 		return d
 	}
 	d.Addrs = addrs
 	if a, entry, ok := s.denyAddrs.matchAny(addrs); ok {
 		d.Verdict, d.Reason, d.Source, d.Pattern = Deny, ReasonDenied, SourceBaseline, entry
-		d.Steps = append(d.Steps, Step{Step: StepDeny, Result: ResultHit, Detail: "answer " + a.String() + " in " + entry})
+		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "answer " + a.String() + " in " + entry})
 		return d
 	}
 	if !s.allowLocalBinding {
 		if a, bad := s.firstLocal(addrs); bad {
 			d.Verdict, d.Reason, d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
-			d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "resolves to non-public address " + a.String()})
+			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "resolves to non-public address " + a.String()})
 			return d
 		}
 	}
 	// The answers themselves are in d.Addrs (check prints them as "resolved").
-	d.Steps = append(d.Steps, Step{Step: StepLocalGuard, Result: ResultPass, Detail: "every answer checked"})
+	d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "every answer checked"})
 	return d
 }
 
@@ -594,8 +612,13 @@ func (s *Snapshot) lookupDNS(ctx context.Context, host string) ([]netip.Addr, er
 // MITM admission a limited-mode CONNECT passes to interception (Intercept);
 // the decision keeps its source.
 func (s *Snapshot) modeGuard(req Request, d Decision) Decision {
-	if s.mode == ModeFull || s.mode == "" {
-		d.Steps = append(d.Steps, Step{Step: StepMode, Result: ResultPass, Detail: ModeFull})
+	return s.modeGuardIn(s.mode, req, d)
+}
+
+// modeGuardIn is modeGuard under mode (a scope may narrow full to limited).
+func (s *Snapshot) modeGuardIn(mode string, req Request, d Decision) Decision {
+	if mode == ModeFull || mode == "" {
+		d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: ModeFull})
 		return d
 	}
 	reason := ReasonNone
@@ -603,7 +626,7 @@ func (s *Snapshot) modeGuard(req Request, d Decision) Decision {
 	case ProtoHTTPS:
 		if s.mitm && strings.EqualFold(req.Method, methodConnect) {
 			d.Intercept = true
-			d.Steps = append(d.Steps, Step{Step: StepMode, Result: ResultPass, Detail: "limited: mitm"})
+			d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: mitm"})
 			return d
 		}
 		reason = ReasonMITMRequired
@@ -619,11 +642,11 @@ func (s *Snapshot) modeGuard(req Request, d Decision) Decision {
 		}
 	}
 	if reason == ReasonNone {
-		d.Steps = append(d.Steps, Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
+		d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
 		return d
 	}
 	d.Verdict, d.Reason, d.Source = Deny, reason, SourceModeGuard
-	d.Steps = append(d.Steps, Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(reason)})
+	d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(reason)})
 	return d
 }
 
@@ -655,11 +678,11 @@ func (e *Engine) InnerDecision(ctx context.Context, req Request) Decision {
 		return d
 	}
 	if MethodAllowed(s.mode, req.Method) {
-		d.Steps = append(d.Steps, Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
+		d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
 		return d
 	}
 	d.Verdict, d.Reason, d.Source = Deny, ReasonMethodNotAllowed, SourceModeGuard
-	d.Steps = append(d.Steps, Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(ReasonMethodNotAllowed)})
+	d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(ReasonMethodNotAllowed)})
 	return d
 }
 

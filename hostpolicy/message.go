@@ -20,6 +20,13 @@ func (d Decision) Message() string {
 		// Never a 403 body: it is the body of the 503 a disabled proxy
 		// answers (SPEC §3.7; the reference's text, §4.3).
 		return DisabledMessage
+	case ReasonPolicyDenied:
+		switch d.Level {
+		case LevelExecution:
+			return "Blocked by this execution's network policy."
+		case LevelSession:
+			return "Blocked by this session's network policy."
+		}
 	}
 	return "Request blocked by network policy."
 }

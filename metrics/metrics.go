@@ -66,6 +66,11 @@ type Metrics struct {
 
 	guardianPrescreen *prometheus.CounterVec
 
+	shadowDecisions    *prometheus.CounterVec
+	shadowPairs        map[[2]string]prometheus.Counter // every (live, shadow) pair, resolved once
+	shadowConfigErrors prometheus.Counter
+	shadowConfigLoaded prometheus.Gauge
+
 	hosts *hostLabels
 }
 
@@ -86,7 +91,7 @@ var (
 	reloadResults     = set("ok", "error")
 	patternLists      = set("allow", "deny")
 	requirementValues = set("skip", "needs_approval", "forbidden")
-	closeReasons      = set("denied", "not_allowed_local", "proxy_disabled", "execution_ended")
+	closeReasons      = set("denied", "not_allowed_local", "proxy_disabled", "execution_ended", "policy_denied")
 	execSourceValues  = set("prefix", "heuristics", "rules", "user", "guardian", "hook", "policy", "cache")
 	prescreenResults  = set("passed", "flagged")
 )
@@ -202,6 +207,18 @@ func New(maxHostLabels int) *Metrics {
 			Name: "netproxy_guardian_prescreen_total",
 			Help: "Guardian reviews by pre-screen result: flagged (reviewer-directed text in an agent-controlled field; denied without calling the backend) or passed (sent to the backend).",
 		}, []string{"result"}),
+		shadowDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "netproxy_shadow_decisions_total",
+			Help: "Requests on which the [shadow] candidate policy disagrees with the live decision, by live and shadow decision (allow|deny|ask). The live decision is never changed.",
+		}, []string{"live", "shadow"}),
+		shadowConfigErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "netproxy_shadow_config_errors_total",
+			Help: "[shadow] candidate configurations that failed to load or compile (the live policy loads regardless).",
+		}),
+		shadowConfigLoaded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "netproxy_shadow_config_loaded",
+			Help: "1 when a [shadow] candidate policy is compiled and judged beside every decision, else 0.",
+		}),
 	}
 	m.hosts = newHostLabels(maxHostLabels, m.deniedHosts, time.Now)
 
@@ -215,6 +232,7 @@ func New(maxHostLabels int) *Metrics {
 		m.policyReloads, m.policyPatterns,
 		m.executionsActive, m.execDecisions, m.auditDropped,
 		m.guardianPrescreen,
+		m.shadowDecisions, m.shadowConfigErrors, m.shadowConfigLoaded,
 	)
 	m.initSeries()
 	return m
@@ -267,6 +285,44 @@ func (m *Metrics) initSeries() {
 	m.upstreamErrors.WithLabelValues(OtherLabel)
 	for v := range prescreenResults {
 		m.guardianPrescreen.WithLabelValues(v)
+	}
+	m.shadowPairs = map[[2]string]prometheus.Counter{}
+	for l := range decisionValues {
+		for sh := range decisionValues {
+			if l != sh {
+				m.shadowPairs[[2]string{l, sh}] = m.shadowDecisions.WithLabelValues(l, sh)
+			}
+		}
+	}
+}
+
+// ShadowDecision counts one request on which the shadow policy's decision
+// (allow|deny|ask) differs from the live one.
+func (m *Metrics) ShadowDecision(live, shadow string) {
+	if m == nil {
+		return
+	}
+	if c, ok := m.shadowPairs[[2]string{live, shadow}]; ok {
+		c.Inc()
+		return
+	}
+	m.shadowDecisions.WithLabelValues(clamp(live, decisionValues), clamp(shadow, decisionValues)).Inc()
+}
+
+// ShadowConfig records a [shadow] load: ok sets the loaded gauge; a
+// failure counts an error and clears it. loaded false with ok true means
+// no [shadow] is configured.
+func (m *Metrics) ShadowConfig(ok, loaded bool) {
+	if m == nil {
+		return
+	}
+	if !ok {
+		m.shadowConfigErrors.Inc()
+	}
+	if ok && loaded {
+		m.shadowConfigLoaded.Set(1)
+	} else {
+		m.shadowConfigLoaded.Set(0)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/netproxy/netproxy/attribution"
 	"github.com/netproxy/netproxy/execcore/approvalpolicy"
 	"github.com/netproxy/netproxy/sandbox"
 	"github.com/netproxy/netproxy/sandbox/netctl"
@@ -35,6 +36,8 @@ const (
 // parser).
 type runOptions struct {
 	network       string
+	netFlags      *networkFlags              // --allow-domain, --deny-domain, --network-mode
+	netPolicy     *attribution.NetworkPolicy // what they register (nil: none)
 	control       string
 	session       string
 	envID         string
@@ -104,6 +107,7 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	fs := flag.NewFlagSet("execwrap run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	cf := registerCheckFlags(fs)
+	ro.netFlags = registerNetworkFlags(fs)
 	fs.StringVar(&ro.network, "network", "", "proxied | none | host")
 	fs.StringVar(&ro.control, "control", "", "netproxy control socket")
 	fs.StringVar(&ro.session, "session", "default", "session id")
@@ -170,6 +174,11 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	if ro.network == string(sandbox.NetworkNone) && !inv.Kind.Confining() {
 		return nil, ro, fmt.Errorf("--network none needs --sandbox read-only or workspace-write (got %s)", inv.Kind)
 	}
+	np, perr := ro.netFlags.policy(ro.network)
+	if perr != nil {
+		return nil, ro, perr
+	}
+	ro.netPolicy = np
 	return inv, ro, nil
 }
 

@@ -185,9 +185,13 @@ func (r *runner) register(ctx, evCtx context.Context) regOutcome {
 	reg, err := r.client.Register(rctx, attribution.ExecutionSpec{
 		SessionID: r.opts.session, EnvironmentID: r.opts.envID, TurnID: r.opts.turnID,
 		Command: r.inv.HandlerArgv, Cwd: r.inv.Cwd, ApprovalPolicy: r.inv.Policy.String(),
+		Network: r.opts.netPolicy,
 	})
 	if err != nil {
 		return regOutcome{err: err}
+	}
+	for _, n := range reg.NetworkNotes {
+		fmt.Fprintf(r.stderr, "execwrap run: note: %s\n", n)
 	}
 	events, err := r.client.Events(evCtx, reg.ExecutionID)
 	if err != nil {

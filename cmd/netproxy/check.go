@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +36,11 @@ type checkOutput struct {
 	Reason   string `json:"reason"`
 	Source   string `json:"source"`
 	Pattern  string `json:"pattern"`
+	// Level is the narrower policy that blocked the request
+	// ("execution" with --execution-policy); "" otherwise.
+	Level string `json:"level"`
+	// Notes say what in --execution-policy has no effect.
+	Notes []string `json:"notes,omitempty"`
 	// Resolved lists the addresses the chain judged (a literal, static
 	// answers, or a lookup made after the allow list allowed the name);
 	// empty when nothing was looked up.
@@ -48,11 +56,12 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print the decision as JSON")
 	protocol := fs.String("protocol", "http", "http | https | socks5")
 	method := fs.String("method", "", "HTTP method (default GET for http, CONNECT for https)")
+	execPolicy := fs.String("execution-policy", "", `JSON file {"allow":[...],"deny":[...],"mode":"limited"}: judge as an execution registered with this network policy`)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: netproxy check [--config FILE] [--json] [--protocol http|https|socks5] [--method M] HOST[:PORT]")
+		fmt.Fprintln(stderr, "usage: netproxy check [--config FILE] [--json] [--protocol http|https|socks5] [--method M] [--execution-policy FILE] HOST[:PORT]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(reorderFlags(args, map[string]bool{"config": true, "protocol": true, "method": true})); err != nil {
+	if err := fs.Parse(reorderFlags(args, map[string]bool{"config": true, "protocol": true, "method": true, "execution-policy": true})); err != nil {
 		return exitUsage
 	}
 	if fs.NArg() != 1 {
@@ -110,15 +119,33 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		decider = checkDecider{policy: approvalPolicy}
 	}
 	engine := hostpolicy.NewEngine(policy, decider)
+	var scopes []*hostpolicy.Scope
+	var notes []string
+	if *execPolicy != "" {
+		spec, err := readScopeFile(*execPolicy)
+		if err == nil {
+			var sc *hostpolicy.Scope
+			if sc, err = hostpolicy.BuildScope(hostpolicy.LevelExecution, spec); err == nil {
+				scopes = []*hostpolicy.Scope{sc}
+				notes = policy.Notes(spec)
+			} else {
+				err = fmt.Errorf("%s: %w", *execPolicy, err)
+			}
+		}
+		if err != nil {
+			printErrors(stderr, "netproxy check: invalid --execution-policy", err)
+			return exitUsage
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d := engine.Evaluate(ctx, req)
+	d := engine.EvaluateScoped(ctx, req, scopes)
 
 	out := checkOutput{
 		Host: d.Host, Port: d.Port, Protocol: string(req.Protocol), Decision: string(d.Verdict),
 		Reason: string(d.Reason), Source: string(d.Source), Pattern: d.Pattern,
-		Resolved: []string{}, Steps: d.Steps,
+		Level: d.Level, Notes: notes, Resolved: []string{}, Steps: d.Steps,
 	}
 	if out.Steps == nil {
 		out.Steps = []hostpolicy.Step{}
@@ -206,8 +233,35 @@ func printHuman(w io.Writer, o checkOutput, d hostpolicy.Decision) {
 		}
 		fmt.Fprintln(w, ")")
 	default:
-		fmt.Fprintf(w, "decision: %s (reason %s, source %s): %s\n", o.Decision, o.Reason, o.Source, d.Message())
+		if o.Level != "" {
+			fmt.Fprintf(w, "decision: %s (reason %s, source %s, level %s): %s\n", o.Decision, o.Reason, o.Source, o.Level, d.Message())
+		} else {
+			fmt.Fprintf(w, "decision: %s (reason %s, source %s): %s\n", o.Decision, o.Reason, o.Source, d.Message())
+		}
 	}
+	for _, n := range o.Notes {
+		fmt.Fprintf(w, "note:     %s\n", n)
+	}
+}
+
+// readScopeFile reads a narrower network policy: the JSON object of POST
+// /v1/executions' "network" key. Unknown keys are errors.
+func readScopeFile(path string) (hostpolicy.ScopeSpec, error) {
+	var spec hostpolicy.ScopeSpec
+	data, err := os.ReadFile(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return spec, fmt.Errorf("%s: cannot read: %v", path, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		return spec, fmt.Errorf(`%s: want a JSON object {"allow":[...],"deny":[...],"mode":"limited"}: %v`, path, err)
+	}
+	return spec, nil
 }
 
 // printErrors prints every error joined in err on its own line.

@@ -10,7 +10,8 @@ import (
 
 const usage = `usage:
   netproxy serve [--config FILE]
-  netproxy check [--config FILE] [--json] [--protocol http|https|socks5] [--method M] HOST[:PORT]
+  netproxy check [--config FILE] [--json] [--protocol http|https|socks5] [--method M] [--execution-policy FILE] HOST[:PORT]
+  netproxy replay --config CANDIDATE [--against LIVE] [--json] [--strict] AUDIT.jsonl...
   netproxy approvals list|show ID|decide ID DECISION|watch [--admin URL]
   netproxy config validate FILE
   netproxy guardian eval --corpus DIR [--config FILE] [--backend B] [--json]
@@ -31,6 +32,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runServe(args[1:], stdout, stderr)
 	case "check":
 		return runCheck(args[1:], stdout, stderr)
+	case "replay":
+		return runReplay(args[1:], stdout, stderr)
 	case "approvals":
 		return runApprovals(args[1:], stdout, stderr)
 	case "config":

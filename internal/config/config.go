@@ -27,6 +27,7 @@ type Config struct {
 	MITM        MITM        `toml:"mitm"`
 	Metrics     Metrics     `toml:"metrics"`
 	Log         Log         `toml:"log"`
+	Shadow      Shadow      `toml:"shadow"`
 
 	// Path is the file this config was loaded from ("" for the embedded
 	// default); relative paths inside it resolve against its folder.
@@ -144,6 +145,16 @@ type MITM struct {
 
 type Metrics struct {
 	MaxHostLabels int `toml:"max_host_labels"`
+}
+
+// Shadow is [shadow]: a candidate configuration whose [network] and [dns]
+// parts are compiled like the live ones (and reloaded with them) and
+// judged beside every live decision without ever changing it. A candidate
+// that does not load never keeps the live configuration from loading.
+type Shadow struct {
+	// Config is the candidate file, relative to this file's folder; ""
+	// means no shadow policy.
+	Config string `toml:"config"`
 }
 
 type Log struct {

@@ -455,6 +455,9 @@ func resolvePaths(c *Config) {
 	for i := range c.Network.DomainFiles {
 		c.Network.DomainFiles[i].Path = ExpandPath(c.Network.DomainFiles[i].Path, base)
 	}
+	if c.Shadow.Config != "" {
+		c.Shadow.Config = ExpandPath(c.Shadow.Config, base)
+	}
 }
 
 // validate checks every value; each error names its key.
@@ -597,6 +600,9 @@ func validate(c *Config, file string) []error {
 		}
 	}
 	errs = append(errs, validateMITM(c, file)...)
+	if c.Shadow.Config != "" && c.Path != "" && filepath.Clean(c.Shadow.Config) == filepath.Clean(c.Path) {
+		bad("shadow.config", "names this configuration file itself; give the candidate file")
+	}
 	if c.Metrics.MaxHostLabels < 0 {
 		bad("metrics.max_host_labels", "must not be negative")
 	}

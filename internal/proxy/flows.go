@@ -33,6 +33,13 @@ type Rechecker interface {
 	Recheck(host string, port int, addrs []netip.Addr) hostpolicy.Decision
 }
 
+// ConnRechecker is a Rechecker that also knows an attributed connection's
+// narrower policies (its execution's and session's); a target they no
+// longer allow is policy_denied.
+type ConnRechecker interface {
+	RecheckConn(host string, port int, addrs []netip.Addr, executionID, sessionID string) hostpolicy.Decision
+}
+
 // Close reasons of connection_closed (SPEC §3.9) and
 // netproxy_connections_closed_total.
 const (
@@ -40,6 +47,7 @@ const (
 	CloseNotAllowedLoc  = string(hostpolicy.ReasonNotAllowedLocal)
 	CloseProxyDisabled  = string(hostpolicy.ReasonProxyDisabled)
 	CloseExecutionEnded = "execution_ended"
+	ClosePolicyDenied   = string(hostpolicy.ReasonPolicyDenied)
 )
 
 // flow is what an open connection carries traffic to. Immutable once
@@ -110,9 +118,14 @@ func (core *Core) judge(c *Conn) (string, bool) {
 	if f == nil || core.Recheck == nil {
 		return "", false
 	}
-	d := core.Recheck.Recheck(f.host, int(f.port), f.addrs)
+	var d hostpolicy.Decision
+	if cr, ok := core.Recheck.(ConnRechecker); ok && c.Attributed {
+		d = cr.RecheckConn(f.host, int(f.port), f.addrs, c.Exec.ID, c.Exec.SessionID)
+	} else {
+		d = core.Recheck.Recheck(f.host, int(f.port), f.addrs)
+	}
 	switch d.Reason {
-	case hostpolicy.ReasonDenied, hostpolicy.ReasonNotAllowedLocal, hostpolicy.ReasonProxyDisabled:
+	case hostpolicy.ReasonDenied, hostpolicy.ReasonNotAllowedLocal, hostpolicy.ReasonProxyDisabled, hostpolicy.ReasonPolicyDenied:
 		return string(d.Reason), true
 	}
 	return "", false

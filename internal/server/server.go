@@ -29,6 +29,7 @@ import (
 	"github.com/netproxy/netproxy/internal/proxy"
 	"github.com/netproxy/netproxy/metrics"
 	"github.com/netproxy/netproxy/mitm"
+	"github.com/netproxy/netproxy/rollout"
 )
 
 // Options are what other parts plug into the server.
@@ -56,6 +57,10 @@ type Server struct {
 
 	engine  *hostpolicy.Engine
 	decider *deciderSlot
+	// eval is the data path's chain: engine narrowed by per-execution and
+	// per-session policies, with the [shadow] candidate judged beside it.
+	eval   *rollout.Evaluator
+	shadow *rollout.Shadow
 	// mitmOn: an interceptor was built at start ([mitm] enabled); reloads
 	// keep it (a restart changes it).
 	mitmOn   bool
@@ -123,6 +128,12 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.registry.OnChange(func(string, attribution.Execution) {
 		s.meter.ExecutionsActive(len(s.registry.Active()))
 	})
+	scopes := rollout.NewScopes()
+	// Compiles an execution's narrower policy before its token is returned.
+	s.registry.OnChange(scopes.ExecutionChanged)
+	s.shadow = rollout.NewShadow(s.meter, cfg.Metrics.MaxHostLabels)
+	s.loadShadow(cfg)
+	s.eval = rollout.NewEvaluator(s.engine, scopes, s.shadow, cfg.Approvals.Enabled)
 
 	sinks := observe.Fanout{}
 	if s.meter != nil {
@@ -153,6 +164,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		s.admin.Handle("GET /metrics", s.meter.Handler())
 	}
 	s.admin.HandleAPI("POST /api/reload", http.HandlerFunc(s.apiReload))
+	s.admin.HandleAPI("GET /api/shadow", s.eval.ShadowAPI())
+	for _, m := range []string{"GET", "PUT", "DELETE"} {
+		s.HandleControl(m+" /v1/sessions/{id}/network", s.eval.SessionNetwork())
+	}
 
 	parent, err := proxy.ParseParent(cfg.Network.UpstreamProxy)
 	if err != nil {
@@ -173,10 +188,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.dialer.Via = proxy.ViaValue(instance)
 	core := &proxy.Core{
-		Recheck:    s.engine,
+		Recheck:    s.eval,
 		Closed:     opts.ConnectionSink,
 		Instance:   instance,
-		Engine:     s.engine,
+		Engine:     s.eval,
 		Dialer:     s.dialer,
 		Executions: s.registry,
 		Sink:       sinkFunc(s.observe),
@@ -210,6 +225,8 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.rechecks = proxy.NewRechecks(core)
 	s.rechecks.Before = s.httpP.CloseIdle
 	s.engine.Subscribe(s.rechecks.Kick)
+	// A session's narrower policy reaches its open connections the same way.
+	scopes.Subscribe(s.rechecks.Kick)
 	// SPEC §4.2: ending an execution closes its connections at once.
 	s.registry.OnChange(func(kind string, e attribution.Execution) {
 		if kind == attribution.ExecutionEnded {
@@ -238,6 +255,41 @@ func loadPolicy(cfg *config.Config, mitm bool) (*hostpolicy.Snapshot, error) {
 	o.MITM = mitm
 	return hostpolicy.Load(o, config.RulesDir())
 }
+
+// loadShadow compiles cfg's [shadow] candidate exactly like the live
+// policy (lists, domain files, [dns], mode, kill switch, rules, MITM
+// admission of this process). A candidate that does not load leaves no
+// shadow policy: the error is logged, counted and shown by /api/shadow;
+// the live policy is never affected.
+func (s *Server) loadShadow(cfg *config.Config) {
+	path := cfg.Shadow.Config
+	if path == "" {
+		s.shadow.Set("", nil)
+		s.meter.ShadowConfig(true, false)
+		return
+	}
+	cand, err := config.Load(path)
+	var snap *hostpolicy.Snapshot
+	if err == nil {
+		snap, err = loadPolicy(cand, s.mitmOn)
+	}
+	if err != nil {
+		err = fmt.Errorf("shadow.config %s: %w", path, err)
+		s.shadow.SetError(path, err)
+		s.meter.ShadowConfig(false, false)
+		s.logger.Error("shadow policy did not load; the live policy is unaffected", "error", err.Error())
+		return
+	}
+	s.shadow.Set(path, snap)
+	s.meter.ShadowConfig(true, true)
+	s.logger.Info("shadow policy loaded", "config", path)
+}
+
+// Shadow is the [shadow] candidate policy and its disagreement summary.
+func (s *Server) Shadow() *rollout.Shadow { return s.shadow }
+
+// Rollout is the data path's evaluator (narrower policies, shadow).
+func (s *Server) Rollout() *rollout.Evaluator { return s.eval }
 
 func (s *Server) recordPatterns(p *hostpolicy.Snapshot) {
 	allow, deny := p.PatternCounts()
@@ -444,6 +496,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 
 	addrs := s.Addrs()
 	s.control = attribution.NewControlServer(s.registry, attribution.ProxyInfo{HTTP: addrs.HTTP, SOCKS5: addrs.SOCKS5}, s.ctlApprv)
+	s.control.SetNetworkCheck(s.eval.CheckExecution)
 	for _, r := range s.ctlRoutes {
 		s.control.Handle(r.pattern, r.h)
 	}
@@ -545,6 +598,8 @@ func (s *Server) reload() error {
 	s.engine.Swap(pol)
 	s.required.Store(cfg.Attribution.Required)
 	s.recordPatterns(pol)
+	// The candidate is reloaded with the live policy; its failure is its own.
+	s.loadShadow(cfg)
 	switch {
 	case wasEnabled && !pol.Enabled():
 		// The kill switch: new requests are refused from the Swap on; the

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"github.com/netproxy/netproxy/attribution"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/netproxy/netproxy/hostpolicy"
 	"github.com/netproxy/netproxy/internal/observe"
 )
 
@@ -79,6 +81,23 @@ type Record struct {
 	Reviewer      string    `json:"reviewer"`
 	Outcome       string    `json:"outcome"`
 	Rationale     string    `json:"rationale"`
+	// Addrs are the addresses the decision used (the pinned answers of a
+	// name, a literal, static answers); [] when none. `netproxy replay`
+	// re-judges a line with them instead of asking DNS.
+	Addrs []netip.Addr `json:"addrs"`
+	// Level is the narrower policy that blocked the request ("execution"
+	// or "session"); "" otherwise.
+	Level string `json:"level"`
+	// Shadow is the [shadow] candidate's decision when it disagrees with
+	// this one; null otherwise.
+	Shadow *ShadowRecord `json:"shadow"`
+}
+
+// ShadowRecord is the "shadow" object of a network_decision line.
+type ShadowRecord struct {
+	Decision string `json:"decision"`
+	Reason   string `json:"reason"`
+	Pattern  string `json:"pattern"`
 }
 
 // ApprovalEvent describes one resolved approval (network or exec).
@@ -250,7 +269,17 @@ func (w *Writer) ObserveDecision(e observe.DecisionEvent) {
 		Override:      d.Override,
 		ApprovalID:    d.ApprovalID,
 		Rationale:     d.Rationale,
+		Addrs:         d.Addrs,
+		Level:         d.Level,
+		Shadow:        shadowRecord(d.Shadow),
 	})
+}
+
+func shadowRecord(s *hostpolicy.ShadowDecision) *ShadowRecord {
+	if s == nil {
+		return nil
+	}
+	return &ShadowRecord{Decision: string(s.Verdict), Reason: string(s.Reason), Pattern: s.Pattern}
 }
 
 // ApprovalResolved queues one approval_resolved line. It never blocks.

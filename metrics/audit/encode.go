@@ -43,6 +43,33 @@ func AppendRecord(dst []byte, r Record) []byte {
 	dst = appendField(dst, "reviewer", r.Reviewer)
 	dst = appendField(dst, "outcome", r.Outcome)
 	dst = appendField(dst, "rationale", r.Rationale)
+	dst = append(dst, `,"addrs":[`...)
+	for i, a := range r.Addrs {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, '"')
+		if a.Zone() == "" {
+			// Digits, hex, '.' and ':' only: nothing to escape.
+			dst = a.AppendTo(dst)
+		} else {
+			dst = appendEscaped(dst, a.String())
+		}
+		dst = append(dst, '"')
+	}
+	dst = append(dst, ']')
+	dst = appendField(dst, "level", r.Level)
+	if r.Shadow == nil {
+		dst = append(dst, `,"shadow":null`...)
+	} else {
+		dst = append(dst, `,"shadow":{"decision":"`...)
+		dst = appendEscaped(dst, r.Shadow.Decision)
+		dst = append(dst, `","reason":"`...)
+		dst = appendEscaped(dst, r.Shadow.Reason)
+		dst = append(dst, `","pattern":"`...)
+		dst = appendEscaped(dst, r.Shadow.Pattern)
+		dst = append(dst, `"}`...)
+	}
 	return append(dst, "}\n"...)
 }
 

@@ -69,6 +69,9 @@ type Registration struct {
 	Token       string `json:"token"`
 	HTTPProxy   string `json:"http_proxy"`
 	SOCKS5Proxy string `json:"socks5_proxy"`
+	// NetworkNotes say what in the execution's network policy has no
+	// effect (a narrower policy can only narrow).
+	NetworkNotes []string `json:"network_notes,omitempty"`
 }
 
 // Register creates an execution; the returned token must stay in the caller.
