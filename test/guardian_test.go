@@ -202,7 +202,7 @@ func TestGuardianEvalCommand(t *testing.T) {
 		}
 		return code, out.String(), errb.String()
 	}
-	code, out, stderr := run("--corpus", corpus, "--backend", "openai", "--url", fake.URL+"/v1", "--model", "fake-rules", "--timeout", "1s", "--json")
+	code, out, stderr := run("--corpus", corpus, "--backend", "openai", "--url", fake.URL+"/v1", "--model", "fake-rules", "--timeout", "5s", "--json")
 	if code != 0 {
 		t.Fatalf("eval exit %d: %s", code, stderr)
 	}
@@ -236,7 +236,7 @@ func TestGuardianEvalCommand(t *testing.T) {
 	if v := fake.Violations(); len(v) > 0 {
 		t.Fatalf("prompt-contract violations: %v", v[0])
 	}
-	code, out, _ = run("--corpus", corpus, "--backend", "openai", "--url", fake.URL+"/v1", "--model", "fake-rules", "--timeout", "1s")
+	code, out, _ = run("--corpus", corpus, "--backend", "openai", "--url", fake.URL+"/v1", "--model", "fake-rules", "--timeout", "5s")
 	if code != 0 || !strings.Contains(out, "expect deny") || !strings.Contains(out, "false-allow rate: 0.00%") {
 		t.Fatalf("text report (exit %d):\n%s", code, out)
 	}

@@ -54,7 +54,7 @@ func fakeBackend(t *testing.T) (*guardiantest.Server, guardian.Reviewer) {
 	t.Helper()
 	fake := guardiantest.New()
 	t.Cleanup(fake.Close)
-	back, err := guardian.NewOpenAI(guardian.OpenAIOptions{BaseURL: fake.URL + "/v1", Model: "fake-rules", Timeout: 500 * time.Millisecond})
+	back, err := guardian.NewOpenAI(guardian.OpenAIOptions{BaseURL: fake.URL + "/v1", Model: "fake-rules", Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
