@@ -1,0 +1,346 @@
+package test
+
+// End-to-end tests of cluster mode (docs/cluster.md): a real redis-server
+// and three real `netproxy serve` replicas; items 1–8 of the cluster issue.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// framedGet sends one framed (attributed) HTTP request to p's HTTP
+// listener and returns the status line ("" when the connection closed).
+func framedGet(t *testing.T, p *Proxy, token, u string) string {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", p.HTTP, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Write(Frame(token))
+	host := strings.SplitN(strings.TrimPrefix(u, "http://"), "/", 2)[0]
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", u, host)
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	line, _ := bufio.NewReader(conn).ReadString('\n')
+	return strings.TrimSpace(line)
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[int(float64(len(s)-1)*p)]
+}
+
+func TestCluster(t *testing.T) {
+	up := StartUpstream(t, false)
+	rds := StartRedis(t)
+	hookTOML, calls := countingHook(t)
+	a := StartReplica(t, rds.URL(), "node-a", hookTOML)
+	b := StartReplica(t, rds.URL(), "node-b", hookTOML)
+	c := StartReplica(t, rds.URL(), "node-c", hookTOML)
+	all := []*ClusterReplica{a, b, c}
+
+	// Item 2: 3 × 100 concurrent requests for one key → one reviewer call,
+	// the review listed on every replica, one decision releases all.
+	t.Run("one review per key cluster-wide", func(t *testing.T) {
+		alpha := up.URL("alpha.test", "/hello")
+		type done struct {
+			status int
+			at     time.Time
+		}
+		results := make(chan done, 300)
+		for _, r := range all {
+			for i := 0; i < 100; i++ {
+				go func(r *ClusterReplica) {
+					rep := r.get(alpha)
+					results <- done{rep.status, time.Now()}
+				}(r)
+			}
+		}
+		var ids []string
+		for _, r := range all {
+			ids = append(ids, r.waitPending("alpha.test").ID)
+		}
+		if ids[0] != ids[1] || ids[1] != ids[2] {
+			t.Fatalf("replicas list different reviews: %v", ids)
+		}
+		time.Sleep(1500 * time.Millisecond) // every request has joined
+		for _, r := range all {
+			if n := len(r.pending()); n != 1 {
+				t.Fatalf("%s lists %d pending reviews, want 1", r.Node, n)
+			}
+		}
+		if n := countLines(calls); n != 1 {
+			t.Fatalf("reviewer (hook) called %d times, want exactly 1", n)
+		}
+		decidedAt := time.Now()
+		c.decide(ids[0], "allow_session")
+		var lat []time.Duration
+		for i := 0; i < 300; i++ {
+			select {
+			case d := <-results:
+				if d.status != 200 {
+					t.Fatalf("request %d after allow_session: status %d", i, d.status)
+				}
+				lat = append(lat, d.at.Sub(decidedAt))
+			case <-time.After(20 * time.Second):
+				t.Fatalf("only %d of 300 requests released", i)
+			}
+		}
+		t.Logf("review release across 3 replicas (300 waiters, from the decision POST): p50 %v p99 %v max %v",
+			percentile(lat, .5), percentile(lat, .99), percentile(lat, 1))
+		if p99 := percentile(lat, .99); p99 > 50*time.Millisecond {
+			t.Errorf("release p99 %v > 50 ms", p99)
+		}
+		if n := countLines(calls); n != 1 {
+			t.Fatalf("reviewer called %d times after the decision, want 1", n)
+		}
+	})
+
+	// Item 3: the session cache is honoured everywhere with no Redis round
+	// trip per request.
+	t.Run("session cache without redis round trips", func(t *testing.T) {
+		alpha := up.URL("alpha.test", "/hello")
+		for _, r := range all {
+			before := metricValue(t, r.Proxy, "netproxy_cluster_commands_total", `{op="begin"}`)
+			cl := r.HTTPClient(true)
+			for i := 0; i < 100; i++ {
+				resp, err := cl.Get(alpha)
+				if err != nil || resp.StatusCode != 200 {
+					t.Fatalf("%s cached request %d: %v %v", r.Node, i, err, resp)
+				}
+				resp.Body.Close()
+			}
+			after := metricValue(t, r.Proxy, "netproxy_cluster_commands_total", `{op="begin"}`)
+			t.Logf("%s: Redis round trips for 100 cached requests: %v", r.Node, after-before)
+			if after != before {
+				t.Fatalf("%s: %v Redis review calls for 100 cached requests, want 0", r.Node, after-before)
+			}
+		}
+		if n := countLines(calls); n != 1 {
+			t.Fatalf("reviewer called again (%d) for cached requests", n)
+		}
+	})
+
+	// Item 4: allow_always decided on B applies on every replica within 1 s
+	// and is mirrored into each replica's rules file.
+	t.Run("amendments", func(t *testing.T) {
+		ch := a.goGet(up.URL("bravo.test", "/hello"))
+		id := b.waitPending("bravo.test").ID
+		b.decide(id, "allow_always")
+		start := time.Now()
+		apprExpect(t, "bravo on A", apprAwait(t, ch), 200)
+		for _, r := range all {
+			r := r
+			rules := filepath.Join(r.Home, "rules", "default.rules")
+			took := eventually(t, time.Second, r.Node+" rules file mirrors bravo.test", func() bool {
+				b, _ := os.ReadFile(rules)
+				return strings.Contains(string(b), `"bravo.test"`) && strings.Contains(string(b), `decision="allow"`)
+			})
+			t.Logf("%s: amendment mirrored after %v", r.Node, time.Since(start)-took+took)
+			// Another session (an execution on this replica) is allowed
+			// by the amendment, not by a session cache.
+			reg := r.Register(t, "amend-"+r.Node, "env-"+r.Node)
+			eventually(t, time.Second, r.Node+" applies the amendment", func() bool {
+				return strings.Contains(framedGet(t, r.Proxy, reg.Token, up.URL("bravo.test", "/hello")), "200")
+			})
+			out, _ := NetproxyCmd(t, r.Proxy, "check", "--config", r.ConfigPath, "bravo.test").CombinedOutput()
+			if !strings.Contains(strings.ToLower(string(out)), "allow") {
+				t.Fatalf("%s: netproxy check bravo.test: %s", r.Node, out)
+			}
+		}
+		t.Logf("amendment applied on all replicas %v after the decision", time.Since(start))
+	})
+
+	// Item 1: an execution registered on A is attributed on B and C; ended
+	// on A, its token is refused everywhere within 1 s.
+	t.Run("executions", func(t *testing.T) {
+		reg := a.Register(t, "exec-session", "exec-env")
+		for _, r := range []*ClusterReplica{b, c} {
+			eventually(t, time.Second, r.Node+" attributes the execution", func() bool {
+				return strings.Contains(framedGet(t, r.Proxy, reg.Token, up.URL("up.test", "/hello")), "200")
+			})
+		}
+		a.Revoke(t, reg.ExecutionID)
+		for _, r := range []*ClusterReplica{b, c} {
+			took := eventually(t, time.Second, r.Node+" refuses the ended execution", func() bool {
+				return !strings.Contains(framedGet(t, r.Proxy, reg.Token, up.URL("up.test", "/hello")), "200")
+			})
+			t.Logf("%s: execution ended after %v", r.Node, took)
+		}
+		// The token itself is never stored: only its digest.
+		cl := rds.Client()
+		defer cl.Close()
+		keys, _ := cl.Keys(context.Background(), "e2e:*").Result()
+		for _, k := range keys {
+			typ, _ := cl.Type(context.Background(), k).Result()
+			var dump string
+			switch typ {
+			case "hash":
+				m, _ := cl.HGetAll(context.Background(), k).Result()
+				dump = fmt.Sprint(m)
+			case "stream":
+				m, _ := cl.XRange(context.Background(), k, "-", "+").Result()
+				dump = fmt.Sprint(m)
+			default:
+				dump, _ = cl.Get(context.Background(), k).Result()
+			}
+			if strings.Contains(dump, reg.Token) {
+				t.Fatalf("Redis key %s holds an execution token", k)
+			}
+		}
+	})
+
+	// Item 5: a replica cut off from Redis misses nothing: C is stopped,
+	// its connections killed, an amendment made; C catches up on its own.
+	t.Run("nothing missed on reconnect", func(t *testing.T) {
+		c.Cmd.Process.Signal(syscall.SIGSTOP)
+		cl := rds.Client()
+		defer cl.Close()
+		list, _ := cl.ClientList(context.Background()).Result()
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, "name=netproxy-node-c") {
+				for _, f := range strings.Fields(line) {
+					if strings.HasPrefix(f, "id=") {
+						cl.Do(context.Background(), "CLIENT", "KILL", "ID", strings.TrimPrefix(f, "id="))
+					}
+				}
+			}
+		}
+		ch := a.goGet(up.URL("foxtrot.test", "/hello"))
+		a.decide(a.waitPending("foxtrot.test").ID, "allow_always")
+		apprExpect(t, "foxtrot on A", apprAwait(t, ch), 200)
+		c.Cmd.Process.Signal(syscall.SIGCONT)
+		reg := c.Register(t, "reconnect", "env-reconnect")
+		took := eventually(t, 5*time.Second, "C applies what it missed", func() bool {
+			return strings.Contains(framedGet(t, c.Proxy, reg.Token, up.URL("foxtrot.test", "/hello")), "200")
+		})
+		t.Logf("C caught up %v after resuming", took)
+	})
+
+	// Item 7: the replica running a review dies; the review stays decidable
+	// on the others and their waiters get the decision.
+	t.Run("replica dies mid-review", func(t *testing.T) {
+		chA := a.goGet(up.URL("charlie.test", "/hello"))
+		id := a.waitPending("charlie.test").ID
+		chB := b.goGet(up.URL("charlie.test", "/hello"))
+		time.Sleep(300 * time.Millisecond)
+		syscall.Kill(-a.Cmd.Process.Pid, syscall.SIGKILL)
+		<-chA
+		if got := c.waitPending("charlie.test").ID; got != id {
+			t.Fatalf("C lists %s, want %s", got, id)
+		}
+		c.decide(id, "allow_once")
+		apprExpect(t, "charlie waiter on B after A died", apprAwait(t, chB), 200)
+	})
+
+	// Item 6: Redis down — the baseline chain and known caches keep
+	// working; a new review fails closed at once (approvals_unavailable).
+	t.Run("redis down", func(t *testing.T) {
+		rds.Stop(t)
+		eventually(t, 5*time.Second, "B notices Redis is down", func() bool {
+			return metricValue(t, b.Proxy, "netproxy_cluster_up", "") == 0
+		})
+		apprExpect(t, "allow list", b.get(up.URL("up.test", "/hello")), 200)
+		apprExpect(t, "deny list", b.get(up.URL("denied.test", "/hello")), 403)
+		apprExpect(t, "cached allow_session", b.get(up.URL("alpha.test", "/hello")), 200)
+		start := time.Now()
+		r := b.get(up.URL("delta.test", "/hello"))
+		if took := time.Since(start); r.status != 403 || !strings.Contains(r.body, "approvals_unavailable") || took > time.Second {
+			t.Fatalf("new review with Redis down: %d %q after %v, want 403 approvals_unavailable at once", r.status, r.body, took)
+		}
+		if v := metricValue(t, b.Proxy, "netproxy_approvals_unavailable_total", ""); v < 1 {
+			t.Fatalf("approvals_unavailable not counted: %v", v)
+		}
+		_, ready := b.AdminRequest(t, "GET", "/readyz", "")
+		if !strings.Contains(ready, "cluster: down") {
+			t.Fatalf("/readyz does not report the cluster: %q", ready)
+		}
+	})
+
+	// Item 8: Redis restarts from its AOF: amendments, session caches and
+	// pending reviews survive; replicas reconnect by themselves.
+	t.Run("redis restarts", func(t *testing.T) {
+		rds.Start(t)
+		for _, r := range []*ClusterReplica{b, c} {
+			eventually(t, 10*time.Second, r.Node+" reconnects", func() bool {
+				return metricValue(t, r.Proxy, "netproxy_cluster_up", "") == 1
+			})
+		}
+		// A fresh replica learns everything from the restarted Redis.
+		d := StartReplica(t, rds.URL(), "node-d", hookTOML)
+		apprExpect(t, "session cache on D", d.get(up.URL("alpha.test", "/hello")), 200)
+		reg := d.Register(t, "fresh", "env-fresh")
+		if s := framedGet(t, d.Proxy, reg.Token, up.URL("bravo.test", "/hello")); !strings.Contains(s, "200") {
+			t.Fatalf("amendment on D after the restart: %q", s)
+		}
+		// A review opened before a restart stays decidable after it.
+		ch := b.goGet(up.URL("echo.test", "/hello"))
+		id := c.waitPending("echo.test").ID
+		rds.Stop(t)
+		rds.Start(t)
+		eventually(t, 10*time.Second, "B reconnects again", func() bool {
+			return metricValue(t, b.Proxy, "netproxy_cluster_up", "") == 1
+		})
+		if got := d.waitPending("echo.test").ID; got != id {
+			t.Fatalf("D lists %s after the restart, want %s", got, id)
+		}
+		d.decide(id, "allow_once")
+		apprExpect(t, "echo waiter on B", apprAwait(t, ch), 200)
+	})
+
+	// Executions of a dead replica expire (heartbeat TTL).
+	t.Run("executions of a dead replica expire", func(t *testing.T) {
+		reg := c.Register(t, "doomed", "env-doomed")
+		eventually(t, 2*time.Second, "B attributes C's execution", func() bool {
+			return strings.Contains(framedGet(t, b.Proxy, reg.Token, up.URL("up.test", "/hello")), "200")
+		})
+		syscall.Kill(-c.Cmd.Process.Pid, syscall.SIGKILL)
+		took := eventually(t, 20*time.Second, "C's execution expires on B", func() bool {
+			return !strings.Contains(framedGet(t, b.Proxy, reg.Token, up.URL("up.test", "/hello")), "200")
+		})
+		t.Logf("execution of the dead replica expired after %v", took)
+	})
+}
+
+// Bad input: a malformed URL or an unreachable Redis at start exits 2
+// naming cluster.redis; a foreign schema version is refused.
+func TestClusterBadInput(t *testing.T) {
+	rds := StartRedis(t)
+	cl := rds.Client()
+	defer cl.Close()
+	cl.Set(context.Background(), "foreign:schema", "99", 0)
+	for _, tc := range []struct{ url, prefix, want string }{
+		{"redis//nope", "e2e:", "cluster.redis"},
+		{fmt.Sprintf("redis://127.0.0.1:%d/0", FreePort(t)), "e2e:", "cannot reach Redis"},
+		{rds.URL(), "foreign:", "schema version"},
+	} {
+		c := StdConfig()
+		c.Extra = fmt.Sprintf("[cluster]\nredis = %q\nkey_prefix = %q\n", tc.url, tc.prefix)
+		p := WriteProxyConfig(t, c)
+		cmd := NetproxyCmd(t, p, "serve", "--config", p.ConfigPath)
+		out, err := cmd.CombinedOutput()
+		code := -1
+		if ee, ok := err.(interface{ ExitCode() int }); ok {
+			code = ee.ExitCode()
+		}
+		if code != 2 || !strings.Contains(string(out), "cluster.redis") || !strings.Contains(string(out), tc.want) {
+			t.Fatalf("%s: exit %d, output %q; want exit 2 naming cluster.redis and %q", tc.url, code, out, tc.want)
+		}
+	}
+}
+
+var _ = sync.Mutex{}
