@@ -341,6 +341,12 @@ func TestCluster(t *testing.T) {
 		if got := d.waitPending("echo.test").ID; got != id {
 			t.Fatalf("D lists %s after the restart, want %s", got, id)
 		}
+		out, err := NetproxyCmd(t, d.Proxy, "cluster", "status", "--config", d.ConfigPath).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "node-b") || !strings.Contains(string(out), "node-d") ||
+			!strings.Contains(string(out), id+" echo.test") || !strings.Contains(string(out), "pending reviews: 1") {
+			t.Fatalf("netproxy cluster status: %v\n%s", err, out)
+		}
+		t.Logf("netproxy cluster status:\n%s", out)
 		d.decide(id, "allow_once")
 		apprExpect(t, "echo waiter on B", apprAwait(t, ch), 200)
 	})

@@ -13,6 +13,7 @@ const usage = `usage:
   netproxy check [--config FILE] [--json] [--protocol http|https|socks5] [--method M] HOST[:PORT]
   netproxy approvals list|show ID|decide ID DECISION|watch [--admin URL]
   netproxy config validate FILE
+  netproxy cluster status [--config FILE] [--json]
 `
 
 func main() {
@@ -34,6 +35,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runApprovals(args[1:], stdout, stderr)
 	case "config":
 		return runConfig(args[1:], stdout, stderr)
+	case "cluster":
+		return runCluster(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
