@@ -101,7 +101,7 @@ type Cluster struct {
 	mu       sync.Mutex
 	adopted  map[string]string // execution id → origin node (executions of other replicas)
 	ending   map[string]bool   // executions being ended because the stream said so
-	waiters  map[string][]chan approvalsvc.ClusterDecision
+	waiters  map[string][]chanDecision
 	outbox   chan func(context.Context) error
 	cancel   context.CancelFunc
 	bg       sync.WaitGroup
@@ -134,7 +134,7 @@ func Open(ctx context.Context, opts Options) (*Cluster, error) {
 		cfg: cfg, k: keys{cfg.KeyPrefix}, rdb: redis.NewUniversalClient(uo), node: cfg.NodeID, log: log,
 		execs: opts.Executions, amender: opts.Amender, rules: opts.Rules, started: time.Now(),
 		m:       newMetrics(opts.Registerer),
-		adopted: map[string]string{}, ending: map[string]bool{}, waiters: map[string][]chan approvalsvc.ClusterDecision{},
+		adopted: map[string]string{}, ending: map[string]bool{}, waiters: map[string][]chanDecision{},
 		outbox: make(chan func(context.Context) error, 4096),
 	}
 	c.pos.Store(new(string))
@@ -400,3 +400,6 @@ func (c *Cluster) end(id string) {
 		c.mu.Unlock()
 	}
 }
+
+// chanDecision is one waiter of Await.
+type chanDecision = chan approvalsvc.ClusterDecision
