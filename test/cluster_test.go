@@ -217,7 +217,41 @@ func TestCluster(t *testing.T) {
 				return strings.Contains(framedGet(t, r.Proxy, reg.Token, up.URL("up.test", "/hello")), "200")
 			})
 		}
+		// An open tunnel of the execution on B and on C (SPEC 3.9: ending
+		// an execution closes its connections on every replica).
+		tunnels := map[string]net.Conn{}
+		for _, r := range []*ClusterReplica{b, c} {
+			conn, err := net.DialTimeout("tcp", r.HTTP, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.Write(Frame(reg.Token))
+			fmt.Fprintf(conn, "CONNECT up.test:%d HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", up.Port, up.Port)
+			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			br := bufio.NewReader(conn)
+			line, _ := br.ReadString('\n')
+			if !strings.Contains(line, "200") {
+				t.Fatalf("%s: CONNECT with the execution's token: %q", r.Node, line)
+			}
+			for l, _ := br.ReadString('\n'); strings.TrimSpace(l) != ""; l, _ = br.ReadString('\n') {
+			}
+			tunnels[r.Node] = conn
+		}
+		revoked := time.Now()
 		a.Revoke(t, reg.ExecutionID)
+		for node, conn := range tunnels {
+			conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+			_, err := conn.Read(make([]byte, 1))
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatalf("%s: the execution's tunnel is still open 2 s after it ended on A", node)
+			}
+			if took := time.Since(revoked); took > time.Second {
+				t.Fatalf("%s: tunnel closed after %v, want ≤ 1 s", node, took)
+			} else {
+				t.Logf("%s: tunnel closed %v after the execution ended on A", node, took)
+			}
+		}
 		for _, r := range []*ClusterReplica{b, c} {
 			took := eventually(t, time.Second, r.Node+" refuses the ended execution", func() bool {
 				return !strings.Contains(framedGet(t, r.Proxy, reg.Token, up.URL("up.test", "/hello")), "200")
