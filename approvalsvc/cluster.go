@@ -123,6 +123,11 @@ func (s *Service) clusterRun(ctx context.Context, f *flight, nr netReview) resul
 	}
 	nr.id = b.ID
 	r := s.reviewNetwork(ctx, f, nr)
+	if ctx.Err() != nil {
+		// This replica is shutting down: the review is not decided. It
+		// stays listed and decidable on the others, as if it had died.
+		return r
+	}
 	d := ClusterDecision{ID: b.ID, Key: nr.key.review(), Outcome: r.outcome, Reviewer: r.reviewer, Rationale: r.rationale, Approval: r.decided}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), coordTimeout)
 	defer cancel()
@@ -242,6 +247,9 @@ func (s *Service) clusterDecide(id, decision, amendHost string) error {
 	}
 	if e, ok := s.queue.take(id); ok {
 		e.answer <- userDecision{Outcome: decision}
+	} else if s.queue.recordOnce(decided) {
+		// A review another replica runs: this page hears of it here.
+		s.bus.publish(EventApprovalDecided, decided)
 	}
 	return nil
 }

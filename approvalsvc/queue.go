@@ -239,8 +239,10 @@ func (s *Service) askUser(ctx context.Context, a Approval) string {
 		if ctx.Err() != nil {
 			outcome = OutcomeAbort
 		}
-		if s.coord != nil && a.Kind == KindNetwork {
+		if s.coord != nil && a.Kind == KindNetwork && ctx.Err() == nil {
 			// Another replica may have decided first: its decision holds.
+			// (At shutdown nothing is recorded: the review stays pending
+			// and decidable on the other replicas.)
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), coordTimeout)
 			held, _, err := s.coord.Decide(dctx, ClusterDecision{ID: a.ID, Key: ReviewKey{Session: a.SessionID, Env: a.EnvironmentID, Host: a.Host, Protocol: a.Protocol, Port: a.Port},
 				Outcome: outcome, Reviewer: byUser}, true)

@@ -171,7 +171,7 @@ func (c *Cluster) apply(s snapshot) {
 		c.end(id)
 	}
 	for _, a := range s.amend {
-		c.applyAmend(a, false)
+		c.applyAmend(a)
 	}
 	if r := c.reviewSink(); r != nil {
 		for _, ch := range s.caches {
@@ -180,9 +180,10 @@ func (c *Cluster) apply(s snapshot) {
 	}
 }
 
-// applyAmend applies an amendment to the live lists and, when mirror is
-// set, to this replica's rules file.
-func (c *Cluster) applyAmend(a amendChange, mirror bool) {
+// applyAmend applies an amendment to the live lists and mirrors it into
+// this replica's rules file (which never holds a line twice), so the file
+// shows what the cluster enforces.
+func (c *Cluster) applyAmend(a amendChange) {
 	v := hostpolicy.Allow
 	if a.Verdict == "deny" {
 		v = hostpolicy.Deny
@@ -193,7 +194,6 @@ func (c *Cluster) applyAmend(a amendChange, mirror bool) {
 	if c.rules == nil {
 		return
 	}
-	_ = mirror // every load mirrors: the file must show what the cluster enforces
 	word := "Allow"
 	if v == hostpolicy.Deny {
 		word = "Deny"
@@ -291,7 +291,7 @@ func (c *Cluster) applyChange(msg redis.XMessage) {
 			bad(fmt.Errorf("amend: %v", err))
 			return
 		}
-		c.applyAmend(a, true)
+		c.applyAmend(a)
 	case evCache:
 		var ch cacheChange
 		if err := json.Unmarshal([]byte(data), &ch); err != nil || ch.Key.Host == "" || cacheOutcome(ch.Outcome) == "" {
@@ -317,7 +317,8 @@ func (c *Cluster) applyChange(msg redis.XMessage) {
 			return
 		}
 		c.deliver(d)
-		if r := c.reviewSink(); r != nil {
+		// This replica's own decisions reached its page when it took them.
+		if r := c.reviewSink(); r != nil && !self {
 			r.ApplyClusterDecision(d)
 		}
 	default:

@@ -52,6 +52,8 @@ func TestCluster(t *testing.T) {
 	b := StartReplica(t, rds.URL(), "node-b", hookTOML)
 	c := StartReplica(t, rds.URL(), "node-c", hookTOML)
 	all := []*ClusterReplica{a, b, c}
+	var d *ClusterReplica // started after the Redis restart
+	parent := t
 
 	// Item 2: 3 × 100 concurrent requests for one key → one reviewer call,
 	// the review listed on every replica, one decision releases all.
@@ -358,7 +360,8 @@ func TestCluster(t *testing.T) {
 			})
 		}
 		// A fresh replica learns everything from the restarted Redis.
-		d := StartReplica(t, rds.URL(), "node-d", hookTOML)
+		d = StartReplica(parent, rds.URL(), "node-d", hookTOML) // lives until TestCluster ends
+		d.t = t
 		apprExpect(t, "session cache on D", d.get(up.URL("alpha.test", "/hello")), 200)
 		reg := d.Register(t, "fresh", "env-fresh")
 		if s := framedGet(t, d.Proxy, reg.Token, up.URL("bravo.test", "/hello")); !strings.Contains(s, "200") {
@@ -383,6 +386,29 @@ func TestCluster(t *testing.T) {
 		t.Logf("netproxy cluster status:\n%s", out)
 		d.decide(id, "allow_once")
 		apprExpect(t, "echo waiter on B", apprAwait(t, ch), 200)
+	})
+
+	// A replica shut down gracefully (SIGTERM) mid-review does not decide
+	// it: the review stays pending and decidable on the others.
+	t.Run("replica stops mid-review", func(t *testing.T) {
+		if d == nil {
+			t.Fatal("node-d did not start")
+		}
+		d.t = t
+		chD := d.goGet(up.URL("hotel.test", "/hello"))
+		id := d.waitPending("hotel.test").ID
+		chB := b.goGet(up.URL("hotel.test", "/hello"))
+		time.Sleep(300 * time.Millisecond)
+		d.Signal(syscall.SIGTERM)
+		if code := d.WaitExit(t, 20*time.Second); code != 0 {
+			t.Fatalf("node-d exit %d", code)
+		}
+		<-chD
+		if got := b.waitPending("hotel.test").ID; got != id {
+			t.Fatalf("B lists %s, want %s", got, id)
+		}
+		b.decide(id, "allow_once")
+		apprExpect(t, "hotel waiter on B after D stopped", apprAwait(t, chB), 200)
 	})
 
 	// Executions of a dead replica expire (heartbeat TTL).
