@@ -44,6 +44,18 @@ func percentile(d []time.Duration, p float64) time.Duration {
 	return s[int(float64(len(s)-1)*p)]
 }
 
+// begins is how many reviews r has asked Redis to open or join.
+func begins(t *testing.T, r *ClusterReplica) float64 {
+	return metricValue(t, r.Proxy, "netproxy_cluster_commands_total", `{op="begin"}`)
+}
+
+// waitJoined waits until r has asked Redis about one more review than
+// before (its request reached the cluster and joined or opened the review).
+func waitJoined(t *testing.T, r *ClusterReplica, before float64) {
+	t.Helper()
+	eventually(t, 10*time.Second, r.Node+" asks the cluster about the review", func() bool { return begins(t, r) > before })
+}
+
 func TestCluster(t *testing.T) {
 	up := StartUpstream(t, false)
 	rds := StartRedis(t)
@@ -64,6 +76,10 @@ func TestCluster(t *testing.T) {
 			at     time.Time
 		}
 		results := make(chan done, 300)
+		var before []float64
+		for _, r := range all {
+			before = append(before, begins(t, r))
+		}
 		for _, r := range all {
 			for i := 0; i < 100; i++ {
 				go func(r *ClusterReplica) {
@@ -79,7 +95,10 @@ func TestCluster(t *testing.T) {
 		if ids[0] != ids[1] || ids[1] != ids[2] {
 			t.Fatalf("replicas list different reviews: %v", ids)
 		}
-		time.Sleep(1500 * time.Millisecond) // every request has joined
+		for i, r := range all {
+			waitJoined(t, r, before[i])
+		}
+		time.Sleep(500 * time.Millisecond) // the other local requests join their replica's flight
 		for _, r := range all {
 			if n := len(r.pending()); n != 1 {
 				t.Fatalf("%s lists %d pending reviews, want 1", r.Node, n)
@@ -120,8 +139,10 @@ func TestCluster(t *testing.T) {
 			u := fmt.Sprintf("http://golf.test:%d/", 20001+i)
 			chA := a.goGet(u)
 			id := a.waitPending("golf.test").ID
+			b0 := begins(t, b)
 			chB := b.goGet(u)
-			time.Sleep(50 * time.Millisecond)
+			waitJoined(t, b, b0)
+			time.Sleep(10 * time.Millisecond) // from Begin to Await
 			if n := len(b.pending()); n != 1 {
 				t.Fatalf("B lists %d reviews, want 1", n)
 			}
@@ -315,8 +336,10 @@ func TestCluster(t *testing.T) {
 	t.Run("replica dies mid-review", func(t *testing.T) {
 		chA := a.goGet(up.URL("charlie.test", "/hello"))
 		id := a.waitPending("charlie.test").ID
+		b0 := begins(t, b)
 		chB := b.goGet(up.URL("charlie.test", "/hello"))
-		time.Sleep(300 * time.Millisecond)
+		waitJoined(t, b, b0)
+		time.Sleep(100 * time.Millisecond)
 		syscall.Kill(-a.Cmd.Process.Pid, syscall.SIGKILL)
 		<-chA
 		if got := c.waitPending("charlie.test").ID; got != id {
@@ -397,8 +420,10 @@ func TestCluster(t *testing.T) {
 		d.t = t
 		chD := d.goGet(up.URL("hotel.test", "/hello"))
 		id := d.waitPending("hotel.test").ID
+		b0 := begins(t, b)
 		chB := b.goGet(up.URL("hotel.test", "/hello"))
-		time.Sleep(300 * time.Millisecond)
+		waitJoined(t, b, b0)
+		time.Sleep(100 * time.Millisecond)
 		d.Signal(syscall.SIGTERM)
 		if code := d.WaitExit(t, 20*time.Second); code != 0 {
 			t.Fatalf("node-d exit %d", code)
