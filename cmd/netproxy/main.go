@@ -12,8 +12,8 @@ const usage = `usage:
   netproxy serve [--config FILE]
   netproxy check [--config FILE] [--json] [--protocol http|https|socks5] [--method M] HOST[:PORT]
   netproxy approvals list|show ID|decide ID DECISION|watch [--admin URL]
-  netproxy config validate FILE
   netproxy cluster status [--config FILE] [--json]
+  netproxy config validate FILE
 `
 
 func main() {
@@ -33,10 +33,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCheck(args[1:], stdout, stderr)
 	case "approvals":
 		return runApprovals(args[1:], stdout, stderr)
-	case "config":
-		return runConfig(args[1:], stdout, stderr)
 	case "cluster":
 		return runCluster(args[1:], stdout, stderr)
+	case "config":
+		return runConfig(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
