@@ -91,7 +91,7 @@ func (r *Redis) Client() *redis.Client {
 }
 
 // clusterHosts are the unlisted names the cluster tests review.
-var clusterHosts = []string{"alpha.test", "bravo.test", "charlie.test", "delta.test", "echo.test", "foxtrot.test", "golf.test", "hotel.test"}
+var clusterHosts = []string{"alpha.test", "bravo.test", "charlie.test", "delta.test", "echo.test", "foxtrot.test", "golf.test", "hotel.test", "india.test"}
 
 // ClusterReplica is one replica of a test cluster.
 type ClusterReplica struct {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -168,6 +169,50 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	// Item 2: SSE events are cluster-wide — a review opened on A and
+	// decided on B shows on C's event stream.
+	t.Run("events on every replica", func(t *testing.T) {
+		req, _ := http.NewRequest("GET", "http://"+c.Admin+"/api/events", nil)
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET /api/events on C: %v %v", err, resp)
+		}
+		defer resp.Body.Close()
+		lines := make(chan string, 256)
+		go func() {
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+			close(lines)
+		}()
+		ch := a.goGet(up.URL("india.test", "/hello"))
+		id := a.waitPending("india.test").ID
+		b.decide(id, "deny")
+		apprExpect(t, "india on A", apprAwait(t, ch), 403)
+		seen := map[string]bool{}
+		deadline := time.After(3 * time.Second)
+		var event string
+		for !(seen["approval_created"] && seen["approval_decided"]) {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatal("C's event stream ended")
+				}
+				if strings.HasPrefix(l, "event:") {
+					event = strings.TrimSpace(strings.TrimPrefix(l, "event:"))
+				} else if strings.HasPrefix(l, "data:") && strings.Contains(l, id) {
+					seen[event] = true
+				}
+			case <-deadline:
+				t.Fatalf("C's event stream within 3 s: %v, want approval_created and approval_decided for %s", seen, id)
+			}
+		}
+	})
+
 	// Item 3: the session cache is honoured everywhere with no Redis round
 	// trip per request.
 	t.Run("session cache without redis round trips", func(t *testing.T) {
@@ -240,41 +285,7 @@ func TestCluster(t *testing.T) {
 				return strings.Contains(framedGet(t, r.Proxy, reg.Token, up.URL("up.test", "/hello")), "200")
 			})
 		}
-		// An open tunnel of the execution on B and on C (SPEC 3.9: ending
-		// an execution closes its connections on every replica).
-		tunnels := map[string]net.Conn{}
-		for _, r := range []*ClusterReplica{b, c} {
-			conn, err := net.DialTimeout("tcp", r.HTTP, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			conn.Write(Frame(reg.Token))
-			fmt.Fprintf(conn, "CONNECT up.test:%d HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", up.Port, up.Port)
-			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-			br := bufio.NewReader(conn)
-			line, _ := br.ReadString('\n')
-			if !strings.Contains(line, "200") {
-				t.Fatalf("%s: CONNECT with the execution's token: %q", r.Node, line)
-			}
-			for l, _ := br.ReadString('\n'); strings.TrimSpace(l) != ""; l, _ = br.ReadString('\n') {
-			}
-			tunnels[r.Node] = conn
-		}
-		revoked := time.Now()
 		a.Revoke(t, reg.ExecutionID)
-		for node, conn := range tunnels {
-			conn.SetReadDeadline(time.Now().Add(2 * time.Second))
-			_, err := conn.Read(make([]byte, 1))
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				t.Fatalf("%s: the execution's tunnel is still open 2 s after it ended on A", node)
-			}
-			if took := time.Since(revoked); took > time.Second {
-				t.Fatalf("%s: tunnel closed after %v, want ≤ 1 s", node, took)
-			} else {
-				t.Logf("%s: tunnel closed %v after the execution ended on A", node, took)
-			}
-		}
 		for _, r := range []*ClusterReplica{b, c} {
 			took := eventually(t, time.Second, r.Node+" refuses the ended execution", func() bool {
 				return !strings.Contains(framedGet(t, r.Proxy, reg.Token, up.URL("up.test", "/hello")), "200")
@@ -448,6 +459,59 @@ func TestCluster(t *testing.T) {
 		})
 		t.Logf("execution of the dead replica expired after %v", took)
 	})
+}
+
+// Ending an execution on A closes its open connections on B and C within
+// 1 s (SPEC 3.9). The closing itself is the registry's revoke path, which
+// closes an execution's connections through the open-connection registry
+// of the data path (issue 11); the cluster calls it on every replica.
+func TestClusterEndClosesConnectionsEverywhere(t *testing.T) {
+	up := StartUpstream(t, false)
+	rds := StartRedis(t)
+	a := StartReplica(t, rds.URL(), "node-a", "")
+	b := StartReplica(t, rds.URL(), "node-b", "")
+	c := StartReplica(t, rds.URL(), "node-c", "")
+	reg := a.Register(t, "exec-session", "exec-env")
+	for _, r := range []*ClusterReplica{b, c} {
+		eventually(t, time.Second, r.Node+" attributes the execution", func() bool {
+			return strings.Contains(framedGet(t, r.Proxy, reg.Token, up.URL("up.test", "/hello")), "200")
+		})
+	}
+	// An open tunnel of the execution on B and on C (SPEC 3.9: ending
+	// an execution closes its connections on every replica).
+	tunnels := map[string]net.Conn{}
+	for _, r := range []*ClusterReplica{b, c} {
+		conn, err := net.DialTimeout("tcp", r.HTTP, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.Write(Frame(reg.Token))
+		fmt.Fprintf(conn, "CONNECT up.test:%d HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", up.Port, up.Port)
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(conn)
+		line, _ := br.ReadString('\n')
+		if !strings.Contains(line, "200") {
+			t.Fatalf("%s: CONNECT with the execution's token: %q", r.Node, line)
+		}
+		for l, _ := br.ReadString('\n'); strings.TrimSpace(l) != ""; l, _ = br.ReadString('\n') {
+		}
+		tunnels[r.Node] = conn
+	}
+	revoked := time.Now()
+	a.Revoke(t, reg.ExecutionID)
+	for node, conn := range tunnels {
+		conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err := conn.Read(make([]byte, 1))
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("%s: the execution's tunnel is still open 2 s after it ended on A", node)
+		}
+		if took := time.Since(revoked); took > time.Second {
+			t.Fatalf("%s: tunnel closed after %v, want ≤ 1 s", node, took)
+		} else {
+			t.Logf("%s: tunnel closed %v after the execution ended on A", node, took)
+		}
+	}
 }
 
 // Bad input: a malformed URL or an unreachable Redis at start exits 2
