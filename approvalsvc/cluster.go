@@ -238,7 +238,9 @@ func (s *Service) clusterDecide(id, decision, amendHost string) error {
 	decided := a
 	decided.Status, decided.Decision, decided.Reviewer = StatusDecided, decision, byUser
 	decided.DecidedAt = s.now().UTC().Format(time.RFC3339Nano)
-	_, ok, err := s.coord.Decide(ctx, ClusterDecision{ID: id, Key: key, Outcome: decision, Reviewer: byUser, Approval: decided}, false)
+	// A review this replica runs is recorded even if listing it failed
+	// (force); one of another replica only while it is listed.
+	_, ok, err := s.coord.Decide(ctx, ClusterDecision{ID: id, Key: key, Outcome: decision, Reviewer: byUser, Approval: decided}, local)
 	if err != nil {
 		return fmt.Errorf("cluster store: %w", err)
 	}
