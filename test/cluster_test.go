@@ -522,6 +522,84 @@ func TestClusterEndClosesConnectionsEverywhere(t *testing.T) {
 	}
 }
 
+// connectTunnel opens an unattributed CONNECT tunnel to host:port through
+// addr; nil and the status line when it is not established.
+func connectTunnel(t *testing.T, addr, host string, port int) (net.Conn, string) {
+	cn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, err.Error()
+	}
+	fmt.Fprintf(cn, "CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n", host, port, host, port)
+	cn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(cn)
+	line, _ := br.ReadString('\n')
+	if !strings.Contains(line, " 200") {
+		cn.Close()
+		return nil, line
+	}
+	for l, err := br.ReadString('\n'); err == nil && strings.TrimSpace(l) != ""; l, err = br.ReadString('\n') {
+	}
+	cn.SetReadDeadline(time.Time{})
+	return cn, line
+}
+
+// A deny_always decided on one replica re-checks the open connections of
+// every replica (SPEC 3.9): a tunnel to the host open on B closes. The
+// re-check itself is the engine's (Engine.Amend notifies the data path's
+// open-connection registry, issue 11); the cluster calls Amend everywhere.
+func TestClusterDenyAlwaysClosesTunnelsEverywhere(t *testing.T) {
+	up := StartUpstream(t, false)
+	rds := StartRedis(t)
+	a := StartReplica(t, rds.URL(), "node-a", "")
+	b := StartReplica(t, rds.URL(), "node-b", "")
+	c := StartReplica(t, rds.URL(), "node-c", "")
+	// allow_session for CONNECT india.test in the default session, decided
+	// on A; then a tunnel of that session through B (B knows the outcome).
+	first := make(chan net.Conn, 1)
+	go func() { cn, _ := connectTunnel(t, a.HTTP, "india.test", up.Port); first <- cn }()
+	a.decide(a.waitPending("india.test").ID, "allow_session")
+	if cn := <-first; cn == nil {
+		t.Fatal("CONNECT india.test on A after allow_session failed")
+	} else {
+		cn.Close()
+	}
+	conn, status := connectTunnel(t, b.HTTP, "india.test", up.Port)
+	if conn == nil {
+		t.Fatalf("CONNECT india.test on B with the session's allow cached: %q", status)
+	}
+	defer conn.Close()
+	// Another session asks for india.test on C; the reviewer answers
+	// deny_always there.
+	reg := c.Register(t, "other-session", "other-env")
+	res := make(chan string, 1)
+	go func() { res <- framedGet(t, c.Proxy, reg.Token, up.URL("india.test", "/hello")) }()
+	var id string
+	eventually(t, 5*time.Second, "the second review is listed", func() bool {
+		for _, p := range c.pending() {
+			if p.Host == "india.test" {
+				id = p.ID
+				return true
+			}
+		}
+		return false
+	})
+	decided := time.Now()
+	c.decide(id, "deny_always")
+	if s := <-res; !strings.Contains(s, "403") {
+		t.Fatalf("the deny_always request on C: %q", s)
+	}
+	conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_, err := conn.Read(make([]byte, 1))
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("B's tunnel to india.test is still open 2 s after deny_always on C")
+	}
+	took := time.Since(decided)
+	t.Logf("B's tunnel to india.test closed %v after deny_always on C", took)
+	if took > time.Second {
+		t.Fatalf("closed after %v, want ≤ 1 s", took)
+	}
+}
+
 // Bad input: a malformed URL or an unreachable Redis at start exits 2
 // naming cluster.redis; a foreign schema version is refused.
 func TestClusterBadInput(t *testing.T) {
