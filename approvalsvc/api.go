@@ -61,7 +61,7 @@ func (s *Service) APIHandler() http.Handler {
 
 // Approvals lists approvals by status ("" for all): pending oldest first,
 // then decided newest first.
-func (s *Service) Approvals(status string) []Approval { return s.queue.list(status) }
+func (s *Service) Approvals(status string) []Approval { return s.list(status) }
 
 func (s *Service) handleList(w http.ResponseWriter, r *http.Request) {
 	status := r.URL.Query().Get("status")
@@ -73,12 +73,22 @@ func (s *Service) handleList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("status %q: want pending, decided or all", status))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"approvals": s.queue.list(status)})
+	writeJSON(w, http.StatusOK, map[string]any{"approvals": s.list(status)})
+}
+
+// list is queue.list plus, in cluster mode, the reviews pending on other
+// replicas.
+func (s *Service) list(status string) []Approval {
+	out := s.queue.list(status)
+	if s.coord == nil || status == StatusDecided {
+		return out
+	}
+	return s.clusterPending(out)
 }
 
 func (s *Service) handleShow(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	for _, a := range s.queue.list("") {
+	for _, a := range s.list("") {
 		if a.ID == id {
 			writeJSON(w, http.StatusOK, a)
 			return

@@ -21,6 +21,11 @@ type result struct {
 	// overloaded says no review was opened: max_pending or
 	// max_pending_per_session was reached (reason approvals_overloaded).
 	overloaded bool
+	// unavailable says no review could be opened: the cluster store is
+	// unreachable (reason approvals_unavailable).
+	unavailable bool
+	// decided is the approval as finished (cluster mode shares it).
+	decided Approval
 }
 
 type flight struct {

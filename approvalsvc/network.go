@@ -64,7 +64,11 @@ func (s *Service) Decide(ctx context.Context, req hostpolicy.Request, base hostp
 		return toDecision(base, r)
 	}
 	nr := netReview{sess: sess, owner: owner, env: env, host: base.Host, port: port, proto: req.Protocol, key: key}
-	r := s.await(ctx, key, ownerID(owner), check, func(ctx context.Context, f *flight) result { return s.reviewNetwork(ctx, f, nr) })
+	run := s.reviewNetwork
+	if s.coord != nil {
+		run = s.clusterRun
+	}
+	r := s.await(ctx, key, ownerID(owner), check, func(ctx context.Context, f *flight) result { return run(ctx, f, nr) })
 	return toDecision(base, r)
 }
 
@@ -92,6 +96,9 @@ func denyDecision(base hostpolicy.Decision, r result) hostpolicy.Decision {
 	if r.overloaded {
 		d.Reason = ReasonOverloaded
 	}
+	if r.unavailable {
+		d.Reason = ReasonUnavailable
+	}
 	d.ApprovalID, d.Override, d.Rationale = r.approvalID, overrideLabel(r), r.rationale
 	return d
 }
@@ -112,13 +119,18 @@ type netReview struct {
 	port  uint16
 	proto hostpolicy.Protocol
 	key   cacheKey
+	id    string // approval id given by the cluster ("" for a new one)
 }
 
 // reviewNetwork runs steps 4–7 of SPEC §5 for one key.
 func (s *Service) reviewNetwork(ctx context.Context, f *flight, nr netReview) result {
 	start := s.now()
+	id := nr.id
+	if id == "" {
+		id = newID()
+	}
 	a := Approval{
-		ID: newID(), Kind: KindNetwork, Status: StatusPending, SessionID: nr.sess.id, EnvironmentID: nr.env,
+		ID: id, Kind: KindNetwork, Status: StatusPending, SessionID: nr.sess.id, EnvironmentID: nr.env,
 		Host: nr.host, Protocol: string(nr.proto), Port: nr.port,
 		// The block's reason code (SPEC §3.6); the page explains it in words.
 		Reason:  string(hostpolicy.ReasonNotAllowed),
@@ -133,7 +145,7 @@ func (s *Service) reviewNetwork(ctx context.Context, f *flight, nr netReview) re
 	policy, reviewer := nr.sess.effective(nr.owner)
 	r := s.review(ctx, a, policy, reviewer, netTarget(nr.proto, nr.host, nr.port), "")
 	r = s.applyNetworkOutcome(nr, r)
-	s.finish(a, r, start, s.flightOwners(f), nr)
+	r.decided = s.finish(a, r, start, s.flightOwners(f), nr)
 	return r
 }
 
@@ -282,7 +294,7 @@ func checkAmendmentHost(amend string, a Approval) error {
 
 // finish records a finished review: owner events, metrics, audit, recent
 // list and the approval_decided event.
-func (s *Service) finish(a Approval, r result, start time.Time, owners []string, nr netReview) {
+func (s *Service) finish(a Approval, r result, start time.Time, owners []string, nr netReview) Approval {
 	now := s.now()
 	a.Status, a.Decision, a.Reviewer, a.Rationale = StatusDecided, r.outcome, r.reviewer, r.rationale
 	a.DecidedAt = now.UTC().Format(time.RFC3339Nano)
@@ -306,7 +318,7 @@ func (s *Service) finish(a Approval, r result, start time.Time, owners []string,
 	}
 	s.log.Info("approval resolved", "approval_id", a.ID, "kind", a.Kind, "host", a.Host, "port", a.Port, "reviewer", r.reviewer, "outcome", r.outcome)
 	if r.allow || s.publisher == nil || a.Kind != KindNetwork {
-		return
+		return a
 	}
 	typ := attribution.EventDeniedByPolicy
 	if r.reviewer == byUser && r.outcome != OutcomeTimeout {
@@ -318,4 +330,5 @@ func (s *Service) finish(a Approval, r result, start time.Time, owners []string,
 			Decision: "deny", Reason: string(hostpolicy.ReasonNotAllowed), Source: string(hostpolicy.SourceDecider), ApprovalID: a.ID,
 		})
 	}
+	return a
 }

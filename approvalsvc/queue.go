@@ -124,6 +124,20 @@ func (q *queue) record(a Approval) {
 	q.mu.Unlock()
 }
 
+// recordOnce records a decided approval unless one with its id is among
+// the recent ones; it reports whether it did.
+func (q *queue) recordOnce(a Approval) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, r := range q.recent.appendNewestFirst(nil) {
+		if r.ID == a.ID {
+			return false
+		}
+	}
+	q.recent.push(a)
+	return true
+}
+
 // list returns pending (oldest first) and/or decided (newest first) approvals.
 func (q *queue) list(status string) []Approval {
 	q.mu.Lock()
@@ -170,6 +184,14 @@ func (s *Service) DecideApproval(id, decision, amendHost string) error {
 	if !validUserOutcome(decision) {
 		return fmt.Errorf("%w %q: want one of allow_once, allow_session, allow_always, deny, deny_always, abort", ErrInvalidDecision, decision)
 	}
+	if s.coord != nil {
+		return s.clusterDecide(id, decision, amendHost)
+	}
+	return s.localDecide(id, decision, amendHost)
+}
+
+// localDecide decides a review pending on this replica.
+func (s *Service) localDecide(id, decision, amendHost string) error {
 	a, ok := s.queue.get(id)
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
@@ -194,6 +216,14 @@ func (s *Service) askUser(ctx context.Context, a Approval) string {
 	s.metrics.ApprovalPending(1)
 	defer s.metrics.ApprovalPending(-1)
 	s.bus.publish(EventApprovalCreated, a)
+	if s.coord != nil && a.Kind == KindNetwork {
+		octx, cancel := context.WithTimeout(ctx, coordTimeout)
+		err := s.coord.Open(octx, a, ReviewKey{Session: a.SessionID, Env: a.EnvironmentID, Host: a.Host, Protocol: a.Protocol, Port: a.Port})
+		cancel()
+		if err != nil {
+			s.log.Warn("listing the review in the cluster failed; only this replica can decide it", "approval_id", a.ID, "error", err)
+		}
+	}
 	s.log.Info("approval pending", "approval_id", a.ID, "kind", a.Kind, "host", a.Host, "port", a.Port, "protocol", a.Protocol, "session_id", a.SessionID)
 
 	timer := time.NewTimer(s.timeout)
@@ -205,10 +235,23 @@ func (s *Service) askUser(ctx context.Context, a Approval) string {
 	case <-ctx.Done():
 	}
 	if _, ok := s.queue.take(a.ID); ok {
+		outcome := OutcomeTimeout
 		if ctx.Err() != nil {
-			return OutcomeAbort
+			outcome = OutcomeAbort
 		}
-		return OutcomeTimeout
+		if s.coord != nil && a.Kind == KindNetwork && ctx.Err() == nil {
+			// Another replica may have decided first: its decision holds.
+			// (At shutdown nothing is recorded: the review stays pending
+			// and decidable on the other replicas.)
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), coordTimeout)
+			held, _, err := s.coord.Decide(dctx, ClusterDecision{ID: a.ID, Key: ReviewKey{Session: a.SessionID, Env: a.EnvironmentID, Host: a.Host, Protocol: a.Protocol, Port: a.Port},
+				Outcome: outcome, Reviewer: byUser}, true)
+			cancel()
+			if err == nil && held.Outcome != "" {
+				return held.Outcome
+			}
+		}
+		return outcome
 	}
 	// A decision won the race with the timer: honour it.
 	return (<-e.answer).Outcome

@@ -65,6 +65,10 @@ type Options struct {
 	Metrics   Metrics
 	Audit     Auditor
 	Logger    *slog.Logger
+	// Coordinator shares network reviews, their pending list and the
+	// session caches with the other replicas (cluster mode); nil: this
+	// process alone.
+	Coordinator Coordinator
 
 	// HookEnv is the environment hooks run with; nil means this process's
 	// environment without the variables named in SecretEnv.
@@ -102,6 +106,7 @@ type Service struct {
 	rules        RulePersister
 	metrics      Metrics
 	audit        Auditor
+	coord        Coordinator
 	log          *slog.Logger
 	now          func() time.Time
 
@@ -167,7 +172,7 @@ func New(opts Options) (*Service, error) {
 		enabled: cfg.Enabled, policy: pol, reviewer: rev, timeout: cfg.Timeout, hooks: hooks, hookEnv: env,
 		maxPending: cfg.MaxPending, maxPerSession: cfg.MaxPendingPerSession, inSession: map[string]int{},
 		guardian: opts.Guardian, userReviewer: opts.UserReviewer, owners: opts.Owners, publisher: opts.Publisher,
-		amender: opts.Amender, rules: opts.Rules, metrics: opts.Metrics, audit: opts.Audit, log: log, now: now,
+		amender: opts.Amender, rules: opts.Rules, metrics: opts.Metrics, audit: opts.Audit, coord: opts.Coordinator, log: log, now: now,
 		cacheSize: opts.CacheSize, sessions: sessions, flights: map[cacheKey]*flight{},
 		queue: newQueue(), blocked: newBlockedRing(BlockedCapacity), bus: newBus(),
 	}

@@ -12,6 +12,7 @@ command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v wrk >/dev/null 2>&1 || need+=(wrk) # make bench: the HTTP load generator
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server) # cluster mode tests (test/cluster_test.go)
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0

@@ -13,6 +13,7 @@ const usage = `usage:
   netproxy check [--config FILE] [--json] [--protocol http|https|socks5] [--method M] [--execution-policy FILE] HOST[:PORT]
   netproxy replay --config CANDIDATE [--against LIVE] [--json] [--strict] AUDIT.jsonl...
   netproxy approvals list|show ID|decide ID DECISION|watch [--admin URL]
+  netproxy cluster status [--config FILE] [--json]
   netproxy config validate FILE
   netproxy guardian eval --corpus DIR [--config FILE] [--backend B] [--json]
 `
@@ -36,6 +37,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runReplay(args[1:], stdout, stderr)
 	case "approvals":
 		return runApprovals(args[1:], stdout, stderr)
+	case "cluster":
+		return runCluster(args[1:], stdout, stderr)
 	case "config":
 		return runConfig(args[1:], stdout, stderr)
 	case "guardian":

@@ -98,10 +98,30 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	if auditW != nil { // a nil *audit.Writer must not become a non-nil interface
 		auditor = auditW
 	}
-	approvals, err := setupApprovals(srv, auditor)
+	// Cluster mode: joined before the approval service is built on it; an
+	// unreachable or foreign Redis at start is a configuration error.
+	clu, err := openCluster(srv, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "netproxy serve: %v\n", err)
 		return 2
+	}
+	var coord approvalsvc.Coordinator
+	if clu != nil {
+		defer clu.Close()
+		coord = clu
+	}
+	approvals, err := setupApprovals(srv, auditor, coord)
+	if err != nil {
+		fmt.Fprintf(stderr, "netproxy serve: %v\n", err)
+		return 2
+	}
+	if clu != nil {
+		clu.Attach(approvals)
+		if err := clu.Start(context.Background()); err != nil {
+			fmt.Fprintf(stderr, "netproxy serve: %v\n", err)
+			closeApprovals = approvals.Close
+			return 2
+		}
 	}
 	closeApprovals = approvals.Close
 	if err := setupWebUI(srv, approvals); err != nil {

@@ -19,7 +19,9 @@ import (
 //
 // auditor is the audit writer (nil when audit.path is empty); it is handed
 // in explicitly rather than found among the server's sinks.
-func setupApprovals(s *server.Server, auditor approvalsvc.Auditor) (*approvalsvc.Service, error) {
+//
+// coord is the cluster (nil on a single node).
+func setupApprovals(s *server.Server, auditor approvalsvc.Auditor, coord approvalsvc.Coordinator) (*approvalsvc.Service, error) {
 	cfg := s.Config()
 	var rev guardian.Reviewer
 	if cfg.Approvals.Enabled && cfg.Approvals.Reviewer == approvalsvc.ReviewerGuardian {
@@ -46,6 +48,7 @@ func setupApprovals(s *server.Server, auditor approvalsvc.Auditor) (*approvalsvc
 		Rules:        approvalsvc.RulesFile{Path: filepath.Join(config.HomeDir(), "rules", "default.rules")},
 		Metrics:      s.Metrics(),
 		Audit:        auditor,
+		Coordinator:  coord,
 		Logger:       s.Logger().With("component", "approvals"),
 		SecretEnv:    []string{cfg.Admin.TokenEnv, cfg.Guardian.APIKeyEnv},
 	})

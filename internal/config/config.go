@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/netproxy/netproxy/approvalsvc/settings"
+	clustersettings "github.com/netproxy/netproxy/cluster/settings"
 )
 
 // Config is the whole netproxy configuration. Every key a file leaves out
@@ -28,6 +29,7 @@ type Config struct {
 	Metrics     Metrics     `toml:"metrics"`
 	Log         Log         `toml:"log"`
 	Shadow      Shadow      `toml:"shadow"`
+	Cluster     Cluster     `toml:"cluster"`
 
 	// Path is the file this config was loaded from ("" for the embedded
 	// default); relative paths inside it resolve against its folder.
@@ -160,6 +162,19 @@ type Shadow struct {
 type Log struct {
 	Level  string `toml:"level"`  // debug | info | warn | error
 	Format string `toml:"format"` // text | json
+}
+
+// Cluster is [cluster]: cluster mode on Redis (docs/cluster.md). Off while
+// Redis is empty.
+type Cluster struct {
+	Redis     string `toml:"redis"`
+	NodeID    string `toml:"node_id"`
+	KeyPrefix string `toml:"key_prefix"`
+}
+
+// Settings maps [cluster] onto the cluster package's own settings type.
+func (c Cluster) Settings() clustersettings.Settings {
+	return clustersettings.Settings{Redis: c.Redis, NodeID: c.NodeID, KeyPrefix: c.KeyPrefix}
 }
 
 // Duration is a time.Duration written in TOML as a Go duration string ("2s").

@@ -547,6 +547,9 @@ func validate(c *Config, file string) []error {
 	for _, e := range c.Approvals.Settings().Validate() {
 		bad("approvals."+e.Key, "%s", e.Msg)
 	}
+	for _, e := range c.Cluster.Settings().Validate() {
+		bad("cluster."+e.Key, "%s", e.Msg)
+	}
 	for i, h := range c.Admin.AllowedHosts {
 		if err := admin.CheckAllowedHost(h); err != nil {
 			bad(fmt.Sprintf("admin.allowed_hosts[%d]", i), "%v", err)

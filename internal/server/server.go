@@ -85,6 +85,8 @@ type Server struct {
 
 	reloadMu sync.Mutex
 	ready    atomic.Bool
+	// readyDetail adds lines to /readyz (cluster mode reports its store).
+	readyDetail []func() string
 
 	// set by Start
 	httpGate, socksGate *proxy.Gate
@@ -560,7 +562,14 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Write([]byte("ready\n"))
+	for _, f := range s.readyDetail {
+		w.Write([]byte(f() + "\n"))
+	}
 }
+
+// AddReadyDetail adds a line to the body of /readyz (call before Start);
+// it does not change the status code.
+func (s *Server) AddReadyDetail(f func() string) { s.readyDetail = append(s.readyDetail, f) }
 
 // Reload re-reads the configuration file (the embedded default when the
 // server started without one) and the rules, and swaps the policy. On any

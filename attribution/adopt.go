@@ -1,0 +1,44 @@
+package attribution
+
+// Executions registered on another replica (cluster mode, docs/cluster.md).
+
+// TokenKey returns the SHA-256 digest of an active execution's token (never
+// the token: the registry does not keep it), for sharing with replicas.
+func (r *Registry) TokenKey(id string) ([32]byte, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	en, ok := r.byID[id]
+	if !ok {
+		return [32]byte{}, false
+	}
+	return en.tokenKey, true
+}
+
+// Adopt adds an execution registered on another replica under its id and
+// the digest of its token, so a framed connection carrying the token is
+// attributed here too. Ending it goes through Revoke, like a local one. It
+// reports false when the id or the token digest is already present (it then
+// changes nothing). Change hooks run as for Register.
+func (r *Registry) Adopt(e Execution, tokenKey [32]byte) bool {
+	if e.ID == "" {
+		return false
+	}
+	e.Command = append([]string(nil), e.Command...)
+	r.mu.Lock()
+	if _, dup := r.byID[e.ID]; dup {
+		r.mu.Unlock()
+		return false
+	}
+	if _, dup := r.byToken[tokenKey]; dup {
+		r.mu.Unlock()
+		return false
+	}
+	r.byID[e.ID] = &entry{exec: e, tokenKey: tokenKey, subs: make(map[int]chan Event)}
+	r.byToken[tokenKey] = e.ID
+	hooks := append([]func(string, Execution){}, r.hooks...)
+	r.mu.Unlock()
+	for _, h := range hooks {
+		h(ExecutionStarted, e)
+	}
+	return true
+}

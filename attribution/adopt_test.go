@@ -1,0 +1,36 @@
+package attribution
+
+import (
+	"crypto/sha256"
+	"testing"
+)
+
+func TestAdoptAttributesTokenAndRevokes(t *testing.T) {
+	a, b := NewRegistry(), NewRegistry()
+	e, tok, err := a.Register(ExecutionSpec{SessionID: "s", EnvironmentID: "env", Command: []string{"curl"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, ok := a.TokenKey(e.ID)
+	if !ok || key != sha256.Sum256([]byte(tok)) {
+		t.Fatal("token key")
+	}
+	var ended []string
+	b.OnChange(func(kind string, x Execution) {
+		if kind == ExecutionEnded {
+			ended = append(ended, x.ID)
+		}
+	})
+	if !b.Adopt(e, key) || b.Adopt(e, key) {
+		t.Fatal("adopt once")
+	}
+	if got, ok := b.ByToken(tok); !ok || got.ID != e.ID {
+		t.Fatal("adopted token not attributed")
+	}
+	if !b.Revoke(e.ID) || len(ended) != 1 {
+		t.Fatal("revoke adopted")
+	}
+	if _, ok := b.ByToken(tok); ok {
+		t.Fatal("token still valid after revoke")
+	}
+}

@@ -1,0 +1,139 @@
+// Package settings owns the [cluster] settings (docs/cluster.md): their
+// defaults, the Redis URL parser and the validator that both cluster.Open
+// and the config loader call.
+//
+// It is a leaf package (it imports only go-redis for URL parsing) so that
+// internal/config can map its TOML onto Settings without an import cycle. It
+// must never dial, read files or print a password.
+package settings
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultKeyPrefix is where every key of a cluster lives in Redis.
+const DefaultKeyPrefix = "netproxy:"
+
+// Settings configures cluster mode. Redis == "" means single node.
+type Settings struct {
+	Redis     string // redis://, rediss://, redis-sentinel://, rediss-sentinel://
+	NodeID    string // default hostname-pid
+	KeyPrefix string // default "netproxy:"
+}
+
+// Enabled reports whether cluster mode is on.
+func (s Settings) Enabled() bool { return strings.TrimSpace(s.Redis) != "" }
+
+// FieldError is one invalid setting; Key is relative to [cluster].
+type FieldError struct {
+	Key string
+	Msg string
+}
+
+func (e *FieldError) Error() string { return e.Key + ": " + e.Msg }
+
+// WithDefaults fills an empty node id (hostname-pid) and key prefix.
+func (s Settings) WithDefaults() Settings {
+	if strings.TrimSpace(s.NodeID) == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			h = "node"
+		}
+		s.NodeID = fmt.Sprintf("%s-%d", h, os.Getpid())
+	}
+	if s.KeyPrefix == "" {
+		s.KeyPrefix = DefaultKeyPrefix
+	}
+	return s
+}
+
+// Validate returns every invalid field (nil when valid or cluster mode is off).
+func (s Settings) Validate() []*FieldError {
+	var errs []*FieldError
+	if !s.Enabled() {
+		return nil
+	}
+	if _, err := ParseURL(s.Redis); err != nil {
+		errs = append(errs, &FieldError{Key: "redis", Msg: err.Error()})
+	}
+	for _, r := range s.NodeID {
+		if r <= ' ' || r == 0x7f {
+			errs = append(errs, &FieldError{Key: "node_id", Msg: "must not contain spaces or control characters"})
+			break
+		}
+	}
+	if len(s.NodeID) > 128 {
+		errs = append(errs, &FieldError{Key: "node_id", Msg: "longer than 128 bytes"})
+	}
+	if strings.ContainsAny(s.KeyPrefix, " \t\r\n") {
+		errs = append(errs, &FieldError{Key: "key_prefix", Msg: "must not contain white space"})
+	}
+	return errs
+}
+
+// ParseURL turns the configured URL into go-redis options. redis:// and
+// rediss:// name one server; redis-sentinel:// and rediss-sentinel:// name a
+// sentinel (more with addr= parameters) and need master_name=. Errors never
+// contain the password.
+func ParseURL(raw string) (*redis.UniversalOptions, error) {
+	raw = strings.TrimSpace(raw)
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a URL", Redact(raw))
+	}
+	switch u.Scheme {
+	case "redis", "rediss":
+		o, err := redis.ParseURL(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s", Redact(raw), scrub(err, u))
+		}
+		return &redis.UniversalOptions{
+			Addrs: []string{o.Addr}, DB: o.DB, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
+			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, Protocol: o.Protocol,
+		}, nil
+	case "redis-sentinel", "rediss-sentinel":
+		v := *u
+		v.Scheme = strings.TrimSuffix(u.Scheme, "-sentinel")
+		o, err := redis.ParseFailoverURL(v.String())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s", Redact(raw), scrub(err, u))
+		}
+		if o.MasterName == "" {
+			return nil, fmt.Errorf("%s: a sentinel URL needs master_name=NAME", Redact(raw))
+		}
+		return &redis.UniversalOptions{
+			Addrs: o.SentinelAddrs, MasterName: o.MasterName, DB: o.DB, Username: o.Username, Password: o.Password,
+			SentinelUsername: o.SentinelUsername, SentinelPassword: o.SentinelPassword, TLSConfig: o.TLSConfig,
+			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, Protocol: o.Protocol,
+		}, nil
+	case "":
+		return nil, fmt.Errorf("%q has no scheme; write redis://host:6379/0, rediss://… or redis-sentinel://host:26379?master_name=NAME", Redact(raw))
+	default:
+		return nil, fmt.Errorf("scheme %q is not redis, rediss, redis-sentinel or rediss-sentinel", u.Scheme)
+	}
+}
+
+// Redact returns the URL with any password replaced, for messages.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+func scrub(err error, u *url.URL) string {
+	msg := err.Error()
+	if p, ok := u.User.Password(); ok && p != "" {
+		msg = strings.ReplaceAll(msg, p, "xxxxx")
+	}
+	return msg
+}

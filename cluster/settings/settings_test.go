@@ -1,0 +1,53 @@
+package settings
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseURL(t *testing.T) {
+	for _, ok := range []string{"redis://127.0.0.1:6379/0", "rediss://u:p@h:6380/1", "redis-sentinel://h:26379?master_name=m&addr=h2:26379"} {
+		if _, err := ParseURL(ok); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"127.0.0.1:6379", "http://h", "redis://h:6379/notanumber", "redis-sentinel://h:26379", "redis://:s3cret@h:6379/x"} {
+		_, err := ParseURL(bad)
+		if err == nil {
+			t.Errorf("%s: accepted", bad)
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: error shows the password: %v", bad, err)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	if errs := (Settings{}).Validate(); errs != nil {
+		t.Fatalf("off: %v", errs)
+	}
+	errs := Settings{Redis: "nope://x", NodeID: "a b", KeyPrefix: "x y"}.Validate()
+	var keys []string
+	for _, e := range errs {
+		keys = append(keys, e.Key)
+	}
+	if strings.Join(keys, " ") != "redis node_id key_prefix" {
+		t.Fatalf("keys %v", keys)
+	}
+	s := Settings{Redis: "redis://h"}.WithDefaults()
+	if s.NodeID == "" || s.KeyPrefix != DefaultKeyPrefix {
+		t.Fatalf("defaults %+v", s)
+	}
+}
+
+func FuzzParseURL(f *testing.F) {
+	f.Add("redis://u:pw@h:1/0")
+	f.Add("redis-sentinel://h?master_name=m")
+	f.Fuzz(func(t *testing.T, s string) {
+		_, err := ParseURL(s)
+		if err != nil && strings.Contains(s, ":pw@") && strings.Contains(err.Error(), ":pw@") {
+			t.Fatalf("password leaked: %v", err)
+		}
+	})
+}

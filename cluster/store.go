@@ -1,0 +1,207 @@
+// Package cluster owns cluster mode (docs/cluster.md): the Redis store that
+// several netproxy replicas share — its versioned key schema under
+// key_prefix, node heartbeats, the change stream every replica follows —
+// and the adapters that plug it into the approval service (one review per
+// key cluster-wide, the pending list, decisions, session caches,
+// amendments) and into the execution registry (executions registered on
+// one replica attributed on all, ended everywhere).
+//
+// It must never store or log an execution token (only its SHA-256 digest),
+// never half-apply data it cannot parse (an entry is parsed whole before
+// anything is changed, and a foreign schema version is refused), and never
+// sit on the data path of a cached decision: a replica keeps everything it
+// needs for those locally and Redis is asked only to open a review.
+package cluster
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"crypto/sha256"
+
+	"github.com/netproxy/netproxy/approvalsvc"
+	"github.com/netproxy/netproxy/attribution"
+)
+
+// SchemaVersion is the version of the key schema below, stored at
+// <prefix>schema. A replica refuses a prefix holding another version.
+const SchemaVersion = "1"
+
+// Key schema v1, all under the prefix P:
+//
+//	P schema               string  "1"
+//	P events               stream  changes: fields t (type), n (origin node), d (JSON)
+//	P nodes                hash    node id → nodeInfo JSON (heartbeat, stream position)
+//	P execs                hash    execution id → execRecord JSON (token digest, never the token)
+//	P amend                hash    host → "<allow|deny> <protocol>"
+//	P cache:<session>      hash    reviewField JSON → outcome (allow_session | allow_always | deny_always)
+//	P review:<sha256(key)> string  "<approval id>|<deadline unix ms>" while a review is open
+//	P pending              hash    approval id → pendingRecord JSON (human reviews waiting)
+//	P decision:<id>        string  approvalsvc.ClusterDecision JSON, kept one hour
+type keys struct{ p string }
+
+func (k keys) schema() string           { return k.p + "schema" }
+func (k keys) events() string           { return k.p + "events" }
+func (k keys) nodes() string            { return k.p + "nodes" }
+func (k keys) execs() string            { return k.p + "execs" }
+func (k keys) amend() string            { return k.p + "amend" }
+func (k keys) cache(sess string) string { return k.p + "cache:" + sess }
+func (k keys) pending() string          { return k.p + "pending" }
+func (k keys) decision(id string) string {
+	return k.p + "decision:" + id
+}
+func (k keys) review(rk approvalsvc.ReviewKey) string {
+	b, _ := json.Marshal(rk)
+	sum := sha256.Sum256(b)
+	return k.p + "review:" + hex.EncodeToString(sum[:])
+}
+
+// cachePattern matches every session cache key (glob characters of the
+// prefix escaped).
+func (k keys) cachePattern() string {
+	var b strings.Builder
+	for _, r := range k.p + "cache:" {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	b.WriteString("*")
+	return b.String()
+}
+
+// reviewField is the field of a session cache entry: the review key
+// without the session, as a JSON array (unambiguous whatever the strings).
+func reviewField(k approvalsvc.ReviewKey) string {
+	b, _ := json.Marshal([]any{k.Env, k.Host, k.Protocol, k.Port})
+	return string(b)
+}
+
+// parseReviewField is the inverse of reviewField.
+func parseReviewField(session, field string) (approvalsvc.ReviewKey, error) {
+	var parts []json.RawMessage
+	if err := json.Unmarshal([]byte(field), &parts); err != nil || len(parts) != 4 {
+		return approvalsvc.ReviewKey{}, errors.New("session cache field is not [env, host, protocol, port]")
+	}
+	k := approvalsvc.ReviewKey{Session: session}
+	if json.Unmarshal(parts[0], &k.Env) != nil || json.Unmarshal(parts[1], &k.Host) != nil ||
+		json.Unmarshal(parts[2], &k.Protocol) != nil || json.Unmarshal(parts[3], &k.Port) != nil || k.Host == "" {
+		return approvalsvc.ReviewKey{}, errors.New("session cache field is not [env, host, protocol, port]")
+	}
+	return k, nil
+}
+
+// nodeInfo is one replica's heartbeat.
+type nodeInfo struct {
+	Heartbeat int64  `json:"heartbeat_ms"` // unix ms
+	Started   int64  `json:"started_ms"`
+	Position  string `json:"position"` // last change-stream id applied
+}
+
+// execRecord is an execution shared with the other replicas.
+type execRecord struct {
+	Execution   attribution.Execution `json:"execution"`
+	TokenSHA256 string                `json:"token_sha256"`
+	Node        string                `json:"node"`
+}
+
+func (r execRecord) tokenKey() ([32]byte, error) {
+	var k [32]byte
+	b, err := hex.DecodeString(r.TokenSHA256)
+	if err != nil || len(b) != 32 {
+		return k, errors.New("token_sha256 is not 64 hex digits")
+	}
+	copy(k[:], b)
+	return k, nil
+}
+
+func parseExec(data string) (execRecord, [32]byte, error) {
+	var r execRecord
+	if err := json.Unmarshal([]byte(data), &r); err != nil {
+		return r, [32]byte{}, fmt.Errorf("execution record: %v", err)
+	}
+	if r.Execution.ID == "" || r.Execution.SessionID == "" || r.Node == "" {
+		return r, [32]byte{}, errors.New("execution record: missing id, session or node")
+	}
+	k, err := r.tokenKey()
+	return r, k, err
+}
+
+// pendingRecord is a human review waiting for a decision.
+type pendingRecord struct {
+	Approval approvalsvc.Approval  `json:"approval"`
+	Key      approvalsvc.ReviewKey `json:"key"`
+	Node     string                `json:"node"`
+	Deadline int64                 `json:"deadline_ms"`
+}
+
+// Change types on the stream.
+const (
+	evExecStart = "exec_start" // d: execRecord
+	evExecEnd   = "exec_end"   // d: {"id":…}
+	evCache     = "cache"      // d: {"key":…, "outcome":…}
+	evAmend     = "amend"      // d: {"host":…, "verdict":…, "protocol":…}
+	evCreated   = "created"    // d: approvalsvc.Approval
+	evDecided   = "decided"    // d: approvalsvc.ClusterDecision
+)
+
+type cacheChange struct {
+	Key     approvalsvc.ReviewKey `json:"key"`
+	Outcome string                `json:"outcome"`
+}
+
+type amendChange struct {
+	Host     string `json:"host"`
+	Verdict  string `json:"verdict"`
+	Protocol string `json:"protocol"`
+}
+
+// amendValue is the amend hash value of a.
+func amendValue(a amendChange) string { return a.Verdict + " " + a.Protocol }
+
+// parseAmend parses one amend hash entry.
+func parseAmend(host, v string) (amendChange, error) {
+	verdict, proto, _ := strings.Cut(v, " ")
+	if host == "" || (verdict != "allow" && verdict != "deny") {
+		return amendChange{}, fmt.Errorf("value %.30q is not \"allow|deny PROTOCOL\"", v)
+	}
+	return amendChange{Host: host, Verdict: verdict, Protocol: proto}, nil
+}
+
+type execEnd struct {
+	ID string `json:"id"`
+}
+
+// cacheOutcome is what a decision leaves in the session cache ("" none).
+func cacheOutcome(outcome string) string {
+	switch outcome {
+	case approvalsvc.OutcomeAllowSession, approvalsvc.OutcomeAllowAlways, approvalsvc.OutcomeDenyAlways:
+		return outcome
+	}
+	return ""
+}
+
+// amendVerdict is the amendment a decision makes ("" none).
+func amendVerdict(outcome string) string {
+	switch outcome {
+	case approvalsvc.OutcomeAllowAlways:
+		return "allow"
+	case approvalsvc.OutcomeDenyAlways:
+		return "deny"
+	}
+	return ""
+}
+
+// ruleProtocol maps a request protocol to the network_rule spelling.
+func ruleProtocol(p string) string {
+	switch p {
+	case "https":
+		return "https"
+	case "socks5-tcp":
+		return "socks5_tcp"
+	}
+	return "http"
+}

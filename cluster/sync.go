@@ -1,0 +1,429 @@
+package cluster
+
+// Following the cluster: full resync on (re)connect, then the change stream
+// from the stored position, heartbeats and the reaping of dead replicas.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/netproxy/netproxy/approvalsvc"
+	"github.com/netproxy/netproxy/execcore/execpolicy"
+	"github.com/netproxy/netproxy/hostpolicy"
+)
+
+// snapshot is the shared state, parsed whole before anything is applied.
+type snapshot struct {
+	execs  map[string]execRecord
+	keys   map[string][32]byte
+	amend  map[string]amendChange
+	caches []cacheChange
+}
+
+// resync loads the whole shared state, applies it, republishes this
+// replica's executions and returns the stream position to follow from: the
+// stored one when the stream still holds it (nothing missed is skipped),
+// else the stream's end. strict refuses any unparsable entry.
+func (c *Cluster) resync(ctx context.Context, strict bool) (string, error) {
+	if err := c.checkSchema(ctx); err != nil {
+		return "", err
+	}
+	c.m.cmd("resync")
+	last := "0-0"
+	if xs, err := c.rdb.XRevRangeN(ctx, c.k.events(), "+", "-", 1).Result(); err != nil {
+		return "", fmt.Errorf("reading the change stream: %w", err)
+	} else if len(xs) == 1 {
+		last = xs[0].ID
+	}
+	snap, bad, err := c.load(ctx)
+	if err != nil {
+		return "", err
+	}
+	if len(bad) > 0 {
+		if strict {
+			return "", fmt.Errorf("refusing data under prefix %q that this netproxy cannot parse: %v", c.cfg.KeyPrefix, errors.Join(bad...))
+		}
+		for _, e := range bad {
+			c.m.errors.WithLabelValues("parse").Inc()
+			c.log.Error("skipping a cluster entry that cannot be parsed", "error", e)
+		}
+	}
+	c.apply(snap)
+	// Republish this replica's own executions (they may have expired while
+	// it was cut off).
+	if c.execs != nil {
+		for _, e := range c.execs.Active() {
+			c.mu.Lock()
+			_, remote := c.adopted[e.ID]
+			c.mu.Unlock()
+			if remote {
+				continue
+			}
+			if key, ok := c.execs.TokenKey(e.ID); ok {
+				if err := c.publishExec(ctx, execRecord{Execution: e, TokenSHA256: fmt.Sprintf("%x", key), Node: c.node}); err != nil {
+					return "", err
+				}
+			}
+		}
+	}
+	// Decisions this replica waits for that may have been missed.
+	c.mu.Lock()
+	ids := make([]string, 0, len(c.waiters))
+	for id := range c.waiters {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	for _, id := range ids {
+		if d, ok, err := c.decision(ctx, id); err == nil && ok {
+			c.deliver(d)
+		}
+	}
+	pos := *c.pos.Load()
+	if pos != "" {
+		first, err := c.rdb.XRangeN(ctx, c.k.events(), "-", "+", 1).Result()
+		if err == nil && len(first) == 1 && !idLess(pos, first[0].ID) {
+			return pos, nil // replay what was missed
+		}
+	}
+	return last, nil
+}
+
+// idLess compares stream ids "ms-seq".
+func idLess(a, b string) bool {
+	var am, as, bm, bs uint64
+	fmt.Sscanf(a, "%d-%d", &am, &as)
+	fmt.Sscanf(b, "%d-%d", &bm, &bs)
+	return am < bm || am == bm && as < bs
+}
+
+func (c *Cluster) load(ctx context.Context) (snapshot, []error, error) {
+	s := snapshot{execs: map[string]execRecord{}, keys: map[string][32]byte{}, amend: map[string]amendChange{}}
+	var bad []error
+	execs, err := c.rdb.HGetAll(ctx, c.k.execs()).Result()
+	if err != nil {
+		return s, nil, fmt.Errorf("reading executions: %w", err)
+	}
+	for id, data := range execs {
+		rec, key, err := parseExec(data)
+		if err != nil || rec.Execution.ID != id {
+			bad = append(bad, fmt.Errorf("%s field %q: %v", c.k.execs(), id, err))
+			continue
+		}
+		s.execs[id], s.keys[id] = rec, key
+	}
+	amend, err := c.rdb.HGetAll(ctx, c.k.amend()).Result()
+	if err != nil {
+		return s, nil, fmt.Errorf("reading amendments: %w", err)
+	}
+	for host, v := range amend {
+		a, err := parseAmend(host, v)
+		if err != nil {
+			bad = append(bad, fmt.Errorf("%s field %q: %v", c.k.amend(), host, err))
+			continue
+		}
+		s.amend[host] = a
+	}
+	iter := c.rdb.Scan(ctx, 0, c.k.cachePattern(), 1000).Iterator()
+	for iter.Next(ctx) {
+		key := iter.Val()
+		sess := key[len(c.k.cache("")):]
+		entries, err := c.rdb.HGetAll(ctx, key).Result()
+		if err != nil {
+			return s, nil, fmt.Errorf("reading session caches: %w", err)
+		}
+		for field, outcome := range entries {
+			rk, err := parseReviewField(sess, field)
+			if err == nil && cacheOutcome(outcome) == "" {
+				err = fmt.Errorf("outcome %.20q is not allow_session, allow_always or deny_always", outcome)
+			}
+			if err != nil {
+				bad = append(bad, fmt.Errorf("%s field %.80q: %v", key, field, err))
+				continue
+			}
+			s.caches = append(s.caches, cacheChange{Key: rk, Outcome: outcome})
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return s, nil, fmt.Errorf("listing session caches: %w", err)
+	}
+	return s, bad, nil
+}
+
+func (c *Cluster) apply(s snapshot) {
+	for id, rec := range s.execs {
+		c.adopt(rec, s.keys[id])
+	}
+	// Executions of other replicas that are no longer shared have ended.
+	c.mu.Lock()
+	var gone []string
+	for id := range c.adopted {
+		if _, ok := s.execs[id]; !ok {
+			gone = append(gone, id)
+		}
+	}
+	c.mu.Unlock()
+	for _, id := range gone {
+		c.end(id)
+	}
+	for _, a := range s.amend {
+		c.applyAmend(a)
+	}
+	if r := c.reviewSink(); r != nil {
+		for _, ch := range s.caches {
+			r.ApplyClusterCache(ch.Key, ch.Outcome)
+		}
+	}
+}
+
+// applyAmend applies an amendment to the live lists and mirrors it into
+// this replica's rules file (which never holds a line twice), so the file
+// shows what the cluster enforces.
+func (c *Cluster) applyAmend(a amendChange) {
+	v := hostpolicy.Allow
+	if a.Verdict == "deny" {
+		v = hostpolicy.Deny
+	}
+	if c.amender != nil {
+		c.amender.Amend(a.Host, v)
+	}
+	if c.rules == nil {
+		return
+	}
+	word := "Allow"
+	if v == hostpolicy.Deny {
+		word = "Deny"
+	}
+	proto := ruleProtocol(a.Protocol)
+	if _, err := c.rules.AppendNetworkRule(execpolicy.NetworkRule{Host: a.Host, Protocol: proto, Decision: string(v),
+		Justification: fmt.Sprintf("%s %s access to %s", word, proto, a.Host)}); err != nil {
+		c.log.Error("mirroring a cluster amendment into the rules file failed; the live list has it", "host", a.Host, "error", err)
+	}
+}
+
+// follow reads the change stream; on any connection error it marks the
+// store down and, once Redis answers again, resyncs before reading on.
+func (c *Cluster) follow(ctx context.Context) {
+	resync := false
+	for ctx.Err() == nil {
+		if resync {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			pos, err := c.resync(rctx, false)
+			cancel()
+			if err != nil {
+				c.fail("resync", err)
+				sleep(ctx, retryEvery)
+				continue
+			}
+			c.pos.Store(&pos)
+			c.setUp(true, nil)
+			resync = false
+		}
+		c.m.cmd("stream_read")
+		res, err := c.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{c.k.events(), *c.pos.Load()}, Count: 512, Block: 2 * time.Second}).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.fail("stream_read", err)
+			if isConnErr(err) {
+				resync = true
+			}
+			sleep(ctx, retryEvery)
+			continue
+		}
+		c.setUp(true, nil)
+		for _, st := range res {
+			for _, msg := range st.Messages {
+				c.applyChange(msg)
+				id := msg.ID
+				c.pos.Store(&id)
+			}
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// applyChange applies one stream entry; an entry that does not parse is
+// skipped whole and counted.
+func (c *Cluster) applyChange(msg redis.XMessage) {
+	typ, _ := msg.Values["t"].(string)
+	origin, _ := msg.Values["n"].(string)
+	data, _ := msg.Values["d"].(string)
+	self := origin == c.node
+	bad := func(err error) {
+		c.m.errors.WithLabelValues("parse").Inc()
+		c.log.Error("skipping a change that cannot be parsed", "id", msg.ID, "type", typ, "error", err)
+	}
+	switch typ {
+	case evExecStart:
+		rec, key, err := parseExec(data)
+		if err != nil {
+			bad(err)
+			return
+		}
+		if !self {
+			c.adopt(rec, key)
+		}
+	case evExecEnd:
+		var e execEnd
+		if err := json.Unmarshal([]byte(data), &e); err != nil || e.ID == "" {
+			bad(fmt.Errorf("exec_end: %v", err))
+			return
+		}
+		c.end(e.ID)
+	case evAmend:
+		var a amendChange
+		if err := json.Unmarshal([]byte(data), &a); err != nil || a.Host == "" || (a.Verdict != "allow" && a.Verdict != "deny") {
+			bad(fmt.Errorf("amend: %v", err))
+			return
+		}
+		c.applyAmend(a)
+	case evCache:
+		var ch cacheChange
+		if err := json.Unmarshal([]byte(data), &ch); err != nil || ch.Key.Host == "" || cacheOutcome(ch.Outcome) == "" {
+			bad(fmt.Errorf("cache: %v", err))
+			return
+		}
+		if r := c.reviewSink(); r != nil {
+			r.ApplyClusterCache(ch.Key, ch.Outcome)
+		}
+	case evCreated:
+		var a approvalsvc.Approval
+		if err := json.Unmarshal([]byte(data), &a); err != nil || a.ID == "" {
+			bad(fmt.Errorf("created: %v", err))
+			return
+		}
+		if r := c.reviewSink(); r != nil && !self {
+			r.ApplyClusterCreated(a)
+		}
+	case evDecided:
+		var d approvalsvc.ClusterDecision
+		if err := json.Unmarshal([]byte(data), &d); err != nil || d.ID == "" {
+			bad(fmt.Errorf("decided: %v", err))
+			return
+		}
+		c.deliver(d)
+		// This replica's own decisions reached its page when it took them.
+		if r := c.reviewSink(); r != nil && !self {
+			r.ApplyClusterDecision(d)
+		}
+	default:
+		bad(fmt.Errorf("unknown change type %.20q", typ))
+	}
+}
+
+// heartbeat writes this replica's heartbeat and position every second,
+// ends the executions of dead replicas, and times out reviews whose
+// replica died.
+func (c *Cluster) heartbeat(ctx context.Context) {
+	t := time.NewTicker(heartbeatEvery)
+	defer t.Stop()
+	n := 0
+	for {
+		hctx, cancel := context.WithTimeout(ctx, opTimeout)
+		c.beat(hctx, n%5 == 0)
+		cancel()
+		n++
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Cluster) beat(ctx context.Context, sweep bool) {
+	now := time.Now()
+	info, _ := json.Marshal(nodeInfo{Heartbeat: now.UnixMilli(), Started: c.started.UnixMilli(), Position: *c.pos.Load()})
+	c.m.cmd("heartbeat")
+	if err := c.rdb.HSet(ctx, c.k.nodes(), c.node, info).Err(); err != nil {
+		c.fail("heartbeat", err)
+		return
+	}
+	if !c.up.Load() {
+		return // the follower resyncs first
+	}
+	c.m.cmd("reap")
+	nodes, err := c.rdb.HGetAll(ctx, c.k.nodes()).Result()
+	if err != nil {
+		c.fail("reap", err)
+		return
+	}
+	dead := map[string]bool{}
+	for id, data := range nodes {
+		var ni nodeInfo
+		if json.Unmarshal([]byte(data), &ni) != nil {
+			continue
+		}
+		age := now.Sub(time.UnixMilli(ni.Heartbeat))
+		if id != c.node && age > nodeTTL {
+			dead[id] = true
+			if age > forgetNodeAfter {
+				c.rdb.HDel(ctx, c.k.nodes(), id)
+			}
+		}
+	}
+	c.m.nodes.Set(float64(len(nodes) - len(dead)))
+	if len(dead) > 0 {
+		c.reapExecs(ctx, dead)
+	}
+	if sweep {
+		c.sweepPending(ctx, now)
+	}
+}
+
+// reapExecs ends the executions of dead replicas: whoever removes one
+// first announces its end.
+func (c *Cluster) reapExecs(ctx context.Context, dead map[string]bool) {
+	execs, err := c.rdb.HGetAll(ctx, c.k.execs()).Result()
+	if err != nil {
+		c.fail("reap", err)
+		return
+	}
+	for id, data := range execs {
+		rec, _, err := parseExec(data)
+		if err != nil || !dead[rec.Node] {
+			continue
+		}
+		if n, err := c.rdb.HDel(ctx, c.k.execs(), id).Result(); err == nil && n == 1 {
+			d, _ := json.Marshal(execEnd{ID: id})
+			c.rdb.XAdd(ctx, &redis.XAddArgs{Stream: c.k.events(), MaxLen: streamMaxLen, Approx: true, Values: []any{"t", evExecEnd, "n", c.node, "d", string(d)}})
+			c.log.Info("execution of a dead replica expired", "execution_id", id, "node", rec.Node)
+		}
+	}
+}
+
+// sweepPending times out pending reviews past their deadline whose replica
+// did not (it died): they must not stay listed forever.
+func (c *Cluster) sweepPending(ctx context.Context, now time.Time) {
+	c.m.cmd("sweep")
+	all, err := c.rdb.HGetAll(ctx, c.k.pending()).Result()
+	if err != nil {
+		c.fail("sweep", err)
+		return
+	}
+	for id, data := range all {
+		var p pendingRecord
+		if json.Unmarshal([]byte(data), &p) != nil {
+			continue
+		}
+		if now.Sub(time.UnixMilli(p.Deadline)) > 5*time.Second {
+			c.Decide(ctx, approvalsvc.ClusterDecision{ID: id, Key: p.Key, Outcome: approvalsvc.OutcomeTimeout, Reviewer: "user",
+				Rationale: "no decision before the review's deadline"}, false)
+		}
+	}
+}

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/netproxy/netproxy/approvalsvc"
+	"github.com/netproxy/netproxy/cluster"
+	"github.com/netproxy/netproxy/internal/config"
+	"github.com/netproxy/netproxy/internal/server"
+)
+
+// openCluster joins the cluster named by [cluster] (nil, nil when cluster
+// mode is off): executions, amendments (mirrored into this host's rules
+// file) and /readyz are wired here; the approval service is attached by
+// the caller once built.
+func openCluster(s *server.Server, logger *slog.Logger) (*cluster.Cluster, error) {
+	cs := s.Config().Cluster.Settings()
+	if !cs.Enabled() {
+		return nil, nil
+	}
+	opts := cluster.Options{
+		Settings:   cs,
+		Executions: s.Registry(),
+		Amender:    s.Engine(),
+		Rules:      approvalsvc.RulesFile{Path: filepath.Join(config.HomeDir(), "rules", "default.rules")},
+		Logger:     logger.With("component", "cluster"),
+	}
+	if reg := s.Metrics().Registry(); reg != nil {
+		opts.Registerer = reg
+	}
+	c, err := cluster.Open(context.Background(), opts)
+	if err != nil {
+		return nil, err
+	}
+	s.AddReadyDetail(c.Status)
+	logger.Info("cluster mode", "node", c.NodeID())
+	return c, nil
+}

@@ -1,0 +1,152 @@
+package test
+
+// Cluster-mode harness: a real redis-server (AOF on) on a free port and
+// several real `netproxy serve` replicas joined to it.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis is a running redis-server with append-only persistence.
+type Redis struct {
+	Port int
+	Dir  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	out  *SyncBuffer
+}
+
+// StartRedis starts redis-server (installed by scripts/install-test-deps.sh)
+// on a free loopback port; it is killed when the test ends.
+func StartRedis(t testing.TB) *Redis {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatal("redis-server is required (scripts/install-test-deps.sh installs the Debian package redis-server)")
+	}
+	r := &Redis{Port: FreePort(t), Dir: t.TempDir()}
+	r.Start(t)
+	t.Cleanup(func() { r.Stop(t) })
+	return r
+}
+
+// URL is the redis:// URL of the server.
+func (r *Redis) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.Port) }
+
+// Start (re)starts the server on the same port and folder (its AOF).
+func (r *Redis) Start(t testing.TB) {
+	t.Helper()
+	r.out = &SyncBuffer{}
+	r.cmd = exec.Command("redis-server", "--port", fmt.Sprint(r.Port), "--bind", "127.0.0.1", "--dir", r.Dir,
+		"--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--daemonize", "no", "--protected-mode", "no",
+		"--logfile", "")
+	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.done = make(chan struct{})
+	go func(c *exec.Cmd, d chan struct{}) { c.Wait(); close(d) }(r.cmd, r.done)
+	c := r.Client()
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("redis-server not answering within 10s\n%s", r.out.String())
+}
+
+// Stop kills the server. With appendfsync everysec every acknowledged
+// write is already in the AOF (written before the reply; only fsync is
+// deferred), so killing the process loses nothing — only a machine crash
+// could.
+func (r *Redis) Stop(t testing.TB) {
+	select {
+	case <-r.done:
+		return
+	default:
+	}
+	r.cmd.Process.Kill()
+	<-r.done
+}
+
+// Client is a go-redis client of the server (the test's own view).
+func (r *Redis) Client() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.Port)})
+}
+
+// clusterHosts are the unlisted names the cluster tests review.
+var clusterHosts = []string{"alpha.test", "bravo.test", "charlie.test", "delta.test", "echo.test", "foxtrot.test", "golf.test", "hotel.test", "india.test"}
+
+// ClusterReplica is one replica of a test cluster.
+type ClusterReplica struct {
+	*apprProxy
+	Node string
+}
+
+// StartReplica starts one `netproxy serve` joined to redisURL with the
+// user reviewer and extraApprovals appended to [approvals] (hooks).
+func StartReplica(t *testing.T, redisURL, node, extraApprovals string) *ClusterReplica {
+	t.Helper()
+	c := StdConfig()
+	for _, h := range clusterHosts {
+		c.Hosts[h] = []string{"127.0.0.1"}
+	}
+	c.Approvals = true
+	c.Extra = extraApprovals + fmt.Sprintf("\n[cluster]\nredis = %q\nnode_id = %q\nkey_prefix = \"e2e:\"\n", redisURL, node)
+	p := WriteProxyConfig(t, c)
+	p.Start(t)
+	return &ClusterReplica{apprProxy: &apprProxy{Proxy: p, t: t}, Node: node}
+}
+
+// countingHook writes a hook that appends a line to a file per call and
+// abstains (the user reviews next).
+func countingHook(t *testing.T) (toml, countFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	countFile = filepath.Join(dir, "calls")
+	hook := filepath.Join(dir, "hook.sh")
+	script := fmt.Sprintf("#!/bin/sh\ncat >/dev/null\necho call >> %q\necho '{\"decision\":\"none\"}'\n", countFile)
+	if err := os.WriteFile(hook, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("[[approvals.hooks]]\ncommand = [%q]\ntimeout = \"5s\"\n", hook), countFile
+}
+
+func countLines(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), "\n")
+}
+
+// eventually polls f every 10 ms until it is true or within passes; it
+// returns how long it took.
+func eventually(t *testing.T, within time.Duration, what string, f func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < within {
+		if f() {
+			return time.Since(start)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v", what, within)
+	return 0
+}
