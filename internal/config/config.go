@@ -28,8 +28,8 @@ type Config struct {
 	MITM        MITM        `toml:"mitm"`
 	// Credentials are the [[credentials]] entries (docs/credentials.md).
 	Credentials []Credential `toml:"credentials"`
-	Metrics     Metrics     `toml:"metrics"`
-	Log         Log         `toml:"log"`
+	Metrics     Metrics      `toml:"metrics"`
+	Log         Log          `toml:"log"`
 
 	// Path is the file this config was loaded from ("" for the embedded
 	// default); relative paths inside it resolve against its folder.
