@@ -26,8 +26,6 @@ type Config struct {
 	Audit       Audit       `toml:"audit"`
 	Limits      Limits      `toml:"limits"`
 	MITM        MITM        `toml:"mitm"`
-	// Credentials are the [[credentials]] entries (docs/credentials.md).
-	Credentials []Credential `toml:"credentials"`
 	Metrics     Metrics      `toml:"metrics"`
 	Log         Log          `toml:"log"`
 
