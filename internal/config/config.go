@@ -26,8 +26,11 @@ type Config struct {
 	Audit       Audit       `toml:"audit"`
 	Limits      Limits      `toml:"limits"`
 	MITM        MITM        `toml:"mitm"`
-	Metrics     Metrics      `toml:"metrics"`
-	Log         Log          `toml:"log"`
+	Metrics     Metrics     `toml:"metrics"`
+	Log         Log         `toml:"log"`
+
+	// Credentials are the [[credentials]] entries (docs/credentials.md).
+	Credentials []Credential `toml:"credentials"`
 
 	// Path is the file this config was loaded from ("" for the embedded
 	// default); relative paths inside it resolve against its folder.
