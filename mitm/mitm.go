@@ -375,6 +375,7 @@ func (i *Interceptor) serveStream(t *Tunnel, tr *http.Transport, w http.Response
 	}
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
+	rc.Flush() // the client sees the head now (a stream may send nothing yet)
 	buf := make([]byte, 32<<10)
 	for {
 		n, rerr := resp.Body.Read(buf)
