@@ -42,6 +42,7 @@ type initConfig struct {
 	ConnectPorts   []uint16         `json:"connect_ports,omitempty"` // landlock tier
 	PrivateTmp     string           `json:"private_tmp,omitempty"`   // landlock tier
 	Setpgid        bool             `json:"setpgid"`
+	Files          []File           `json:"files,omitempty"` // namespaces tier: written in /tmp
 }
 
 type listenerConfig struct {

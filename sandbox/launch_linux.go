@@ -194,6 +194,9 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		Setpgid: tier == TierNamespaces && !isTerminal(s.Stdin),
 	}
 	env := StripProxyEnv(s.Env)
+	if err := checkFiles(s.Files); err != nil {
+		return res, err
+	}
 	var br *bridge
 	if s.Network == NetworkProxied {
 		br = newBridge()
@@ -210,6 +213,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 			}
 			env = ProxyEnv(env, "127.0.0.1:"+strconv.Itoa(sandboxHTTPPort), socks)
 		}
+		cfg.Files, env = s.Files, fileEnv(env, "/tmp", s.Files)
 	case TierLandlock:
 		tmp, terr := os.MkdirTemp("", "execwrap-tmp-")
 		if terr != nil {
@@ -218,6 +222,10 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		defer os.RemoveAll(tmp)
 		cfg.PrivateTmp = tmp
 		env = SetEnv(env, "TMPDIR", tmp)
+		if err := writeFiles(tmp, s.Files); err != nil {
+			return res, err
+		}
+		env = fileEnv(env, tmp, s.Files)
 		if s.Network == NetworkProxied {
 			p, perr := s.resolveProxy(ctx)
 			if perr != nil {
@@ -556,6 +564,20 @@ func runUnsandboxed(ctx context.Context, s Spec) (Result, error) {
 	start := time.Now()
 	res := Result{Tier: TierNone}
 	env := s.Env
+	if len(s.Files) > 0 {
+		if err := checkFiles(s.Files); err != nil {
+			return res, err
+		}
+		dir, err := os.MkdirTemp("", "execwrap-files-")
+		if err != nil {
+			return res, fmt.Errorf("sandbox: private folder for files: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		if err := writeFiles(dir, s.Files); err != nil {
+			return res, err
+		}
+		env = fileEnv(env, dir, s.Files)
+	}
 	if s.Network == NetworkProxied {
 		p, err := s.resolveProxy(ctx)
 		if err != nil {

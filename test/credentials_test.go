@@ -556,3 +556,76 @@ func TestCredentialReloadKeepsPrevious(t *testing.T) {
 		t.Fatalf("after the rotation: upstream saw %q", got)
 	}
 }
+
+// TestCredentialExecwrapRealClients: curl, Python urllib and git inside
+// `execwrap run --network proxied` call the credential's TLS host with
+// $OPENAI_API_KEY (the placeholder) and the upstream sees the real secret;
+// the same request to another allowed host is blocked and that host sees
+// nothing; the sandbox's environment never holds the secret.
+func TestCredentialExecwrapRealClients(t *testing.T) {
+	f := startCredFixture(t)
+	dir := sbxDir(t)
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		t.Fatal("python3 is required at /usr/bin/python3 (scripts/install-test-deps.sh)")
+	}
+	api := fmt.Sprintf("https://api.cred.test:%d", f.up.Port)
+	script := fmt.Sprintf(`
+case "$OPENAI_API_KEY" in sk-*) ;; *) echo "OPENAI_API_KEY=$OPENAI_API_KEY" >&2; exit 30;; esac
+[ ${#OPENAI_API_KEY} -eq 51 ] || exit 31
+for v in SSL_CERT_FILE REQUESTS_CA_BUNDLE CURL_CA_BUNDLE NODE_EXTRA_CA_CERTS PIP_CERT GIT_SSL_CAINFO; do
+  eval p=\$$v; [ -n "$p" ] && [ -r "$p" ] || { echo "$v=$p" >&2; exit 32; }
+done
+grep -q 'BEGIN CERTIFICATE' "$SSL_CERT_FILE" || exit 33
+curl -sS -m 10 -H "Authorization: Bearer $OPENAI_API_KEY" %[1]s/curl || exit 21
+echo
+code=$(curl -sS -m 10 -o /dev/null -w '%%{http_code}' -H "Authorization: Bearer $OPENAI_API_KEY" %[2]s) 
+[ "$code" = 403 ] || { echo "paste.test answered $code" >&2; exit 22; }
+%[3]s -c 'import os,urllib.request as u
+r=u.Request("%[1]s/python", headers={"Authorization":"Bearer "+os.environ["OPENAI_API_KEY"]})
+print(u.urlopen(r, timeout=10).read().decode())' || exit 23
+git -c http.extraHeader="Authorization: Bearer $OPENAI_API_KEY" ls-remote %[1]s/repo.git >/dev/null 2>&1
+env | grep -q 'e2e-REAL' && exit 40
+cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -q 'e2e-REAL' && exit 41
+exit 0`, api, f.plain.URL("paste.test", "/hello"), py)
+	env := append(f.p.Env(), "OPENAI_API_KEY=parent-value-never-in-sandbox")
+	r, code, stderr := sbxRun(t, env, dir, "--control", f.p.Control, "--", "sh", "-c", script)
+	if code != 0 || r.ExitCode != 0 {
+		t.Fatalf("exit %d/%d (30/31 placeholder shape, 32/33 CA bundle, 21 curl, 22 paste.test not blocked, 23 python, 40/41 secret in the sandbox's environment)\nstdout %s\nstderr %s %s\n%s",
+			code, r.ExitCode, r.Stdout, r.Stderr, stderr, f.p.Output.String())
+	}
+	if r.Sandbox.Tier != "namespaces" {
+		t.Fatalf("tier %q", r.Sandbox.Tier)
+	}
+	if f.plain.Hits() != 0 {
+		t.Fatal("paste.test saw the request carrying the placeholder")
+	}
+	hits, auths := f.up.seen()
+	if hits < 3 {
+		t.Fatalf("the credential's upstream saw %d requests, want curl, python and git", hits)
+	}
+	for _, a := range auths {
+		if a != "Bearer "+credSecret {
+			t.Fatalf("upstream saw Authorization %q, want the real secret", a)
+		}
+	}
+	found := false
+	for _, d := range r.NetworkDenials {
+		found = found || (d.Host == "paste.test" && d.Reason == "credential_misuse")
+	}
+	if !found {
+		t.Errorf("execwrap's network_denials lack paste.test credential_misuse: %+v", r.NetworkDenials)
+	}
+	for name, out := range map[string]string{"execwrap stdout": r.Stdout, "execwrap stderr": r.Stderr + stderr} {
+		if strings.Contains(out, credSecret) {
+			t.Errorf("the secret appears in %s", name)
+		}
+	}
+	// Nothing written outside the sandbox: no bundle left in the host's /tmp.
+	if m, _ := filepath.Glob(filepath.Join(os.TempDir(), "*", caBundleFile)); len(m) > 0 {
+		t.Errorf("CA bundle left on the host: %v", m)
+	}
+	assertNoSecret(t, f.p, credSecret)
+}
+
+const caBundleFile = "netproxy-ca-bundle.pem"

@@ -69,6 +69,9 @@ type Registration struct {
 	Token       string `json:"token"`
 	HTTPProxy   string `json:"http_proxy"`
 	SOCKS5Proxy string `json:"socks5_proxy"`
+	// Placeholders and CACert come from the credential broker
+	// (docs/credentials.md); both empty without [[credentials]].
+	attribution.Credentials
 }
 
 // Register creates an execution; the returned token must stay in the caller.
