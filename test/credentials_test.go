@@ -1,6 +1,7 @@
 package test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/ecdsa"
@@ -95,6 +96,15 @@ const bigStream = 100 << 20
 
 func startCredUpstream(t testing.TB, cert tls.Certificate) *credUpstream {
 	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveCredUpstream(t, ln, cert)
+}
+
+func serveCredUpstream(t testing.TB, ln net.Listener, cert tls.Certificate) *credUpstream {
+	t.Helper()
 	u := &credUpstream{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -132,10 +142,6 @@ func startCredUpstream(t testing.TB, cert tls.Certificate) *credUpstream {
 			fmt.Fprintf(w, "%s %s proto=%s", r.Method, r.URL.Path, r.Proto)
 		}
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	u.Port = ln.Addr().(*net.TCPAddr).Port
 	srv := &http.Server{Handler: mux, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ReadHeaderTimeout: 10 * time.Second}
 	go srv.ServeTLS(ln, "", "")
@@ -147,6 +153,7 @@ func startCredUpstream(t testing.TB, cert tls.Certificate) *credUpstream {
 // and badtls.cred.test) and a second ("github" on api.gh.test), MITM on.
 type credFixture struct {
 	p       *Proxy
+	upCA    *testCA
 	up      *credUpstream // api.cred.test, api.gh.test (trusted certificate)
 	plain   *Upstream     // plain HTTP origin (any name)
 	bad     *Upstream     // TLS with an untrusted self-signed certificate
@@ -159,6 +166,7 @@ func startCredFixture(t *testing.T) *credFixture {
 	t.Helper()
 	upCA := newTestCA(t, "e2e upstream CA")
 	f := &credFixture{
+		upCA:  upCA,
 		up:    startCredUpstream(t, upCA.leaf(t, "api.cred.test", "api.gh.test", "paste.test")),
 		plain: StartUpstream(t, false),
 		bad:   StartUpstream(t, true),
@@ -168,6 +176,9 @@ func startCredFixture(t *testing.T) *credFixture {
 		cfg.Domains = append(cfg.Domains, [2]string{h, "allow"})
 		cfg.Hosts[h] = []string{"127.0.0.1"}
 	}
+	// SOCKS5 to port 443 of a credential's host (its own loopback address).
+	cfg.Domains = append(cfg.Domains, [2]string{"sock.cred.test", "allow"})
+	cfg.Hosts["sock.cred.test"] = []string{"127.0.0.7"}
 	cfg.Extra = `[mitm]
 enabled = true
 ca_cert = "ca.pem"
@@ -176,7 +187,7 @@ upstream_ca = "upstream-ca.pem"
 
 [[credentials]]
 name = "openai"
-hosts = ["api.cred.test", "badtls.cred.test"]
+hosts = ["api.cred.test", "badtls.cred.test", "sock.cred.test"]
 header = "Authorization"
 format = "Bearer {secret}"
 secret_file = "openai.secret"
@@ -629,3 +640,41 @@ exit 0`, api, f.plain.URL("paste.test", "/hello"), py)
 }
 
 const caBundleFile = "netproxy-ca-bundle.pem"
+
+// TestCredentialSOCKS5Port443: SOCKS5 to port 443 of a credential's host
+// is intercepted like a CONNECT: the upstream sees the secret.
+func TestCredentialSOCKS5Port443(t *testing.T) {
+	f := startCredFixture(t)
+	ln, err := net.Listen("tcp", "127.0.0.7:443")
+	if err != nil {
+		// Binding port 443 needs root or CAP_NET_BIND_SERVICE.
+		t.Skipf("cannot listen on 127.0.0.7:443 here: %v", err)
+	}
+	up := serveCredUpstream(t, ln, f.upCA.leaf(t, "sock.cred.test"))
+	a := f.register(t)
+	ph := a.placeholder(t, "openai")
+	c, err := net.Dial("tcp", f.p.SOCKS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write(Frame(a.Token))
+	// SOCKS5: no auth, CONNECT sock.cred.test:443 by name.
+	host := "sock.cred.test"
+	req := append([]byte{5, 1, 0, 5, 1, 0, 3, byte(len(host))}, host...)
+	c.Write(append(req, 1, 187))
+	rep := make([]byte, 12)
+	if _, err := io.ReadFull(c, rep); err != nil || rep[1] != 0 || rep[3] != 0 {
+		t.Fatalf("SOCKS5 reply % x (%v)", rep, err)
+	}
+	tc := tls.Client(c, &tls.Config{RootCAs: f.mitmCA, ServerName: host})
+	fmt.Fprintf(tc, "GET /socks HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n", host, ph)
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if _, auths := up.seen(); resp.StatusCode != 200 || len(auths) != 1 || auths[0] != "Bearer "+credSecret {
+		t.Fatalf("SOCKS5 443: %d, upstream saw %q", resp.StatusCode, auths)
+	}
+}

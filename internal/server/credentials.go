@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/netproxy/netproxy/attribution"
 	"github.com/netproxy/netproxy/credentials"
 	"github.com/netproxy/netproxy/internal/config"
@@ -48,4 +50,18 @@ func (s *Server) mintCredentials(id string) (attribution.Credentials, error) {
 		out.Placeholders = append(out.Placeholders, attribution.Placeholder(p))
 	}
 	return out, nil
+}
+
+// protectSecrets makes this process non-dumpable once it holds secrets: no
+// core dump, no ptrace by the same user, and /proc/<pid>/environ, mem and
+// maps become root's (a sandbox running as the same user without a pid
+// namespace cannot read secret_env there).
+func protectSecrets(set *credentials.Set) error {
+	if set.Len() == 0 {
+		return nil
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("credentials: prctl(PR_SET_DUMPABLE, 0): %w", err)
+	}
+	return nil
 }

@@ -131,6 +131,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := protectSecrets(credSet); err != nil {
+		return nil, err
+	}
 	s.creds = credentials.NewBroker(credSet)
 	ca, err := credentialCA(cfg)
 	if err != nil {
@@ -600,6 +603,9 @@ func (s *Server) reload() error {
 		return err
 	}
 	wasEnabled := s.engine.Enabled()
+	if err := protectSecrets(credSet); err != nil {
+		return err
+	}
 	s.engine.Swap(pol)
 	s.creds.Swap(credSet)
 	s.caPEM.Store(ca)
