@@ -472,12 +472,14 @@ func TestCredentialHTTP2Streaming(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	rounds := 20
+	// 30 s of traffic both ways (a few rounds with -short).
+	streamFor := 30 * time.Second
 	if testing.Short() {
-		rounds = 5
+		streamFor = time.Second
 	}
 	buf := make([]byte, 64)
-	for i := 0; i < rounds; i++ {
+	streamStart := time.Now()
+	for i := 0; time.Since(streamStart) < streamFor; i++ {
 		msg := fmt.Sprintf("ping %d\n", i)
 		if _, err := pw.Write([]byte(msg)); err != nil {
 			t.Fatal(err)
@@ -493,7 +495,7 @@ func TestCredentialHTTP2Streaming(t *testing.T) {
 		if got != msg {
 			t.Fatalf("round %d: echoed %q", i, got)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond)
 	}
 	pw.Close()
 	_, auths := f.up.seen()
