@@ -288,7 +288,10 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	if resp.ContentLength < 0 && req.Method != http.MethodHead {
 		resp.TransferEncoding = []string{"chunked"}
 	}
-	cr := &countingReader{r: resp.Body}
+	// Whatever was written (the head, the previous chunk) reaches the
+	// client before waiting for more of the body: streamed answers (server-
+	// sent events) flow as they arrive.
+	cr := &countingReader{r: resp.Body, flush: bw}
 	resp.Body = cr
 	closeAfter := req.Close || resp.Close
 	err = writeResponse(bw, req, resp, closeAfter)
@@ -405,7 +408,9 @@ func copyHeader(dst, src http.Header) {
 func writeResponse(bw *bufio.Writer, req *http.Request, resp *http.Response, closeAfter bool) error {
 	resp.Request = req
 	resp.Close = closeAfter
-	if err := resp.Write(bw); err != nil {
+	// Only Write is exposed: bufio's ReadFrom would lend its buffer to the
+	// body's Read, which flushes the same buffer (countingReader.flush).
+	if err := resp.Write(struct{ io.Writer }{bw}); err != nil {
 		return err
 	}
 	return bw.Flush()
@@ -453,11 +458,17 @@ func removeHopByHop(h http.Header) {
 }
 
 type countingReader struct {
-	r io.ReadCloser
-	n int64
+	r     io.ReadCloser
+	n     int64
+	flush *bufio.Writer // flushed before each read when set
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
+	if c.flush != nil && c.flush.Buffered() > 0 {
+		if err := c.flush.Flush(); err != nil {
+			return 0, err
+		}
+	}
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err

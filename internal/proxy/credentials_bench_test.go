@@ -53,6 +53,7 @@ type credBench struct {
 	clientRoots *x509.CertPool
 	mu          sync.Mutex
 	lastAuth    string
+	sseSeen     chan struct{}
 }
 
 const credBenchBig = 8 << 20
@@ -86,7 +87,7 @@ func newCredBench(tb testing.TB) *credBench {
 		tb.Fatal(err)
 	}
 	otherLeaf, _ := upAuth.Leaf("other.test")
-	cb := &credBench{}
+	cb := &credBench{sseSeen: make(chan struct{}, 8)}
 	big := strings.Repeat("x", credBenchBig)
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cb.mu.Lock()
@@ -94,6 +95,18 @@ func newCredBench(tb testing.TB) *credBench {
 		cb.mu.Unlock()
 		if r.URL.Path == "/big" {
 			io.WriteString(w, big)
+			return
+		}
+		if r.URL.Path == "/sse" {
+			// One event now, the next only after the client saw the first.
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: first\n\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-cb.sseSeen:
+			case <-time.After(5 * time.Second):
+			}
+			io.WriteString(w, "data: second\n\n")
 			return
 		}
 		io.WriteString(w, "ok")
@@ -276,6 +289,32 @@ func TestCredentialInterceptionInjects(t *testing.T) {
 		cb.mu.Unlock()
 		if resp.StatusCode != 200 || got != tc.want || (tc.h2 && resp.ProtoMajor != 2) {
 			t.Fatalf("%s h2=%v: %d %s, upstream saw %q", tc.host, tc.h2, resp.StatusCode, resp.Proto, got)
+		}
+	}
+}
+
+// TestCredentialInterceptionStreamsH1: a server-sent event reaches an
+// HTTP/1.1 client of the interception before the response ends.
+func TestCredentialInterceptionStreamsH1(t *testing.T) {
+	cb := newCredBench(t)
+	for _, h2 := range []bool{false, true} {
+		c := cb.client(h2, true)
+		req, _ := http.NewRequest("GET", fmt.Sprintf("https://up.test:%s/sse", cb.port), nil)
+		start := time.Now()
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		n, err := io.ReadAtLeast(resp.Body, buf, len("data: first\n\n"))
+		if err != nil || string(buf[:n]) != "data: first\n\n" || time.Since(start) > 3*time.Second {
+			t.Fatalf("h2=%v: first event %q (%v) after %v", h2, buf[:n], err, time.Since(start))
+		}
+		cb.sseSeen <- struct{}{}
+		rest, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(rest) != "data: second\n\n" {
+			t.Fatalf("h2=%v: rest %q", h2, rest)
 		}
 	}
 }
