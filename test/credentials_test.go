@@ -327,6 +327,29 @@ func TestCredentialBrokerInjectsAndBlocks(t *testing.T) {
 		t.Fatalf("plain HTTP: %d %s, upstream Authorization %q", code, body, f.plain.LastHeaders().Get("Authorization"))
 	}
 
+	// A plain request with a body (the other forwarding path): injected too.
+	preq, _ := http.NewRequest("POST", f.plain.URL("api.cred.test", "/echo"), strings.NewReader("payload"))
+	preq.Header.Set("Authorization", "Bearer "+ph)
+	presp, err := c.Do(preq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pbody, _ := io.ReadAll(presp.Body)
+	presp.Body.Close()
+	if presp.StatusCode != 200 || string(pbody) != "payload" || f.plain.LastHeaders().Get("Authorization") != "Bearer "+credSecret {
+		t.Fatalf("plain POST: %d %q, upstream Authorization %q", presp.StatusCode, pbody, f.plain.LastHeaders().Get("Authorization"))
+	}
+	// A plain POST carrying the placeholder to another host: blocked.
+	preq, _ = http.NewRequest("POST", f.plain.URL("paste.test", "/echo"), strings.NewReader("payload"))
+	preq.Header.Set("X-Leak", ph)
+	if presp, err = c.Do(preq); err != nil {
+		t.Fatal(err)
+	}
+	presp.Body.Close()
+	if presp.StatusCode != 403 {
+		t.Fatalf("plain POST to paste.test: %d", presp.StatusCode)
+	}
+
 	// The placeholder toward another allowed host: blocked, the upstream sees nothing.
 	plainHits := f.plain.Hits()
 	upHits, _ := f.up.seen()
