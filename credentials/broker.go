@@ -18,7 +18,7 @@ import (
 
 // ReasonMisuse is the block reason of a live placeholder seen toward a host
 // it does not belong to, or on another execution's connection.
-const ReasonMisuse hostpolicy.Reason = "credential_misuse"
+const ReasonMisuse = hostpolicy.ReasonCredentialMisuse
 
 // secret holds a secret value behind a function, so that even fmt's
 // reflection over an unexported field prints an address, never the value;
