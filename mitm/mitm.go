@@ -288,10 +288,13 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	if resp.ContentLength < 0 && req.Method != http.MethodHead {
 		resp.TransferEncoding = []string{"chunked"}
 	}
-	// Whatever was written (the head, the previous chunk) reaches the
-	// client before waiting for more of the body: streamed answers (server-
-	// sent events) flow as they arrive.
-	cr := &countingReader{r: resp.Body, flush: bw}
+	cr := &countingReader{r: resp.Body}
+	if resp.ContentLength < 0 {
+		// An answer of unknown length may be a stream (server-sent
+		// events): whatever was written (the head, the previous chunk)
+		// reaches the client before waiting for more of the body.
+		cr.flush = bw
+	}
 	resp.Body = cr
 	closeAfter := req.Close || resp.Close
 	err = writeResponse(bw, req, resp, closeAfter)
