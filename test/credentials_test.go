@@ -599,6 +599,12 @@ func TestCredentialReloadKeepsPrevious(t *testing.T) {
 // the same request to another allowed host is blocked and that host sees
 // nothing; the sandbox's environment never holds the secret.
 func TestCredentialExecwrapRealClients(t *testing.T) {
+	for _, tier := range []string{"namespaces", "landlock"} {
+		t.Run(tier, func(t *testing.T) { credentialExecwrapRun(t, tier) })
+	}
+}
+
+func credentialExecwrapRun(t *testing.T, tier string) {
 	f := startCredFixture(t)
 	dir := sbxDir(t)
 	py := "/usr/bin/python3"
@@ -625,13 +631,13 @@ env | grep -q 'e2e-REAL' && exit 40
 cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -q 'e2e-REAL' && exit 41
 exit 0`, api, f.plain.URL("paste.test", "/hello"), py)
 	env := append(f.p.Env(), "OPENAI_API_KEY=parent-value-never-in-sandbox")
-	r, code, stderr := sbxRun(t, env, dir, "--control", f.p.Control, "--", "sh", "-c", script)
+	r, code, stderr := sbxRun(t, env, dir, "--control", f.p.Control, "--tier", tier, "--", "sh", "-c", script)
 	if code != 0 || r.ExitCode != 0 {
 		t.Fatalf("exit %d/%d (30/31 placeholder shape, 32/33 CA bundle, 21 curl, 22 paste.test not blocked, 23 python, 40/41 secret in the sandbox's environment)\nstdout %s\nstderr %s %s\n%s",
 			code, r.ExitCode, r.Stdout, r.Stderr, stderr, f.p.Output.String())
 	}
-	if r.Sandbox.Tier != "namespaces" {
-		t.Fatalf("tier %q", r.Sandbox.Tier)
+	if r.Sandbox.Tier != tier {
+		t.Fatalf("tier %q, want %s", r.Sandbox.Tier, tier)
 	}
 	if f.plain.Hits() != 0 {
 		t.Fatal("paste.test saw the request carrying the placeholder")
