@@ -34,10 +34,11 @@ type ControlServer struct {
 
 	mu        sync.RWMutex
 	approvals http.Handler
-	minter    Minter
 
 	srv *http.Server
 	mux *http.ServeMux
+
+	minter Minter // under mu; credentials.go
 }
 
 // NewControlServer builds the control API. approvals serves
@@ -58,35 +59,6 @@ func NewControlServer(reg *Registry, info ProxyInfo, approvals http.Handler) *Co
 func (c *ControlServer) SetApprovals(h http.Handler) {
 	c.mu.Lock()
 	c.approvals = h
-	c.mu.Unlock()
-}
-
-// Placeholder is one credential placeholder handed to an execution at
-// registration: the sandbox holds Value (in variable Env) instead of the
-// secret, which netproxy injects toward the credential's hosts only
-// (docs/credentials.md).
-type Placeholder struct {
-	Credential string `json:"credential"`
-	Env        string `json:"env,omitempty"`
-	Value      string `json:"value"`
-}
-
-// Credentials is what registration adds for the credential broker: the
-// execution's placeholders and the interception CA's certificate (PEM,
-// public) that the sandbox must trust.
-type Credentials struct {
-	Placeholders []Placeholder `json:"placeholders,omitempty"`
-	CACert       string        `json:"ca_cert,omitempty"`
-}
-
-// Minter mints an execution's credentials at registration; an error fails
-// the registration (the execution is revoked again).
-type Minter func(executionID string) (Credentials, error)
-
-// SetMinter installs the credential broker's minter (nil: none).
-func (c *ControlServer) SetMinter(m Minter) {
-	c.mu.Lock()
-	c.minter = m
 	c.mu.Unlock()
 }
 
@@ -171,11 +143,12 @@ func (l *unlinkListener) Close() error {
 }
 
 type registerResponse struct {
+	Credentials // placeholders and ca_cert (credentials.go)
+
 	ExecutionID string `json:"execution_id"`
 	Token       string `json:"token"`
 	HTTPProxy   string `json:"http_proxy"`
 	SOCKS5Proxy string `json:"socks5_proxy"`
-	Credentials
 }
 
 func (c *ControlServer) register(w http.ResponseWriter, r *http.Request) {
@@ -195,20 +168,14 @@ func (c *ControlServer) register(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, strings.ReplaceAll(err.Error(), "\n", "; "))
 		return
 	}
-	resp := registerResponse{ExecutionID: e.ID, Token: token, HTTPProxy: c.info.HTTP, SOCKS5Proxy: c.info.SOCKS5}
-	c.mu.RLock()
-	mint := c.minter
-	c.mu.RUnlock()
-	if mint != nil {
-		creds, err := mint(e.ID)
-		if err != nil {
-			c.reg.Revoke(e.ID)
-			writeError(w, http.StatusInternalServerError, "minting credential placeholders failed: "+err.Error())
-			return
-		}
-		resp.Credentials = creds
+	creds, ok := c.mintCredentials(w, e.ID)
+	if !ok {
+		return
 	}
-	writeJSON(w, http.StatusCreated, resp)
+	writeJSON(w, http.StatusCreated, registerResponse{
+		ExecutionID: e.ID, Token: token, HTTPProxy: c.info.HTTP, SOCKS5Proxy: c.info.SOCKS5,
+		Credentials: creds,
+	})
 }
 
 func (c *ControlServer) list(w http.ResponseWriter, r *http.Request) {

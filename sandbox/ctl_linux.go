@@ -32,6 +32,7 @@ const (
 type initConfig struct {
 	Argv           []string         `json:"argv"`
 	Env            []string         `json:"env"`
+	Files          []File           `json:"files,omitempty"` // namespaces tier: written in /tmp
 	Cwd            string           `json:"cwd"`
 	Tier           Tier             `json:"tier"`
 	Kind           Kind             `json:"kind"`
@@ -42,7 +43,6 @@ type initConfig struct {
 	ConnectPorts   []uint16         `json:"connect_ports,omitempty"` // landlock tier
 	PrivateTmp     string           `json:"private_tmp,omitempty"`   // landlock tier
 	Setpgid        bool             `json:"setpgid"`
-	Files          []File           `json:"files,omitempty"` // namespaces tier: written in /tmp
 }
 
 type listenerConfig struct {

@@ -71,3 +71,25 @@ func fileEnv(env []string, dir string, files []File) []string {
 	}
 	return env
 }
+
+// privateFiles writes files into a fresh private folder (an unsandboxed
+// run has no private /tmp) and returns env pointing at them and the
+// folder's removal.
+func privateFiles(env []string, files []File) ([]string, func(), error) {
+	if len(files) == 0 {
+		return env, func() {}, nil
+	}
+	if err := checkFiles(files); err != nil {
+		return env, func() {}, err
+	}
+	dir, err := os.MkdirTemp("", "execwrap-files-")
+	if err != nil {
+		return env, func() {}, fmt.Errorf("sandbox: private folder for files: %w", err)
+	}
+	remove := func() { os.RemoveAll(dir) }
+	if err := writeFiles(dir, files); err != nil {
+		remove()
+		return env, func() {}, err
+	}
+	return fileEnv(env, dir, files), remove, nil
+}

@@ -62,6 +62,9 @@ func initRun(ctl int, cfg *initConfig) (int, error) {
 		}
 		notes = append(notes, n...)
 		_ = unix.Sethostname([]byte("sandbox"))
+		if err := writeFiles("/tmp", cfg.Files); err != nil { // the private tmpfs
+			return 0, stepErr("write_files", err)
+		}
 		if err := bringLoopbackUp(); err != nil {
 			return 0, stepErr("loopback_up", err)
 		}
@@ -88,11 +91,6 @@ func initRun(ctl int, cfg *initConfig) (int, error) {
 	} else {
 		// Landlock tier: no pid namespace, so adopt orphans to kill them.
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-	}
-	if cfg.Tier == TierNamespaces && len(cfg.Files) > 0 {
-		if err := writeFiles("/tmp", cfg.Files); err != nil { // the private tmpfs
-			return 0, stepErr("write_files", err)
-		}
 	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return 0, stepErr("set_nondumpable", err)

@@ -564,20 +564,6 @@ func runUnsandboxed(ctx context.Context, s Spec) (Result, error) {
 	start := time.Now()
 	res := Result{Tier: TierNone}
 	env := s.Env
-	if len(s.Files) > 0 {
-		if err := checkFiles(s.Files); err != nil {
-			return res, err
-		}
-		dir, err := os.MkdirTemp("", "execwrap-files-")
-		if err != nil {
-			return res, fmt.Errorf("sandbox: private folder for files: %w", err)
-		}
-		defer os.RemoveAll(dir)
-		if err := writeFiles(dir, s.Files); err != nil {
-			return res, err
-		}
-		env = fileEnv(env, dir, s.Files)
-	}
 	if s.Network == NetworkProxied {
 		p, err := s.resolveProxy(ctx)
 		if err != nil {
@@ -592,6 +578,11 @@ func runUnsandboxed(ctx context.Context, s Spec) (Result, error) {
 		env = ProxyEnv(env, httpAddr, socksAddr)
 		res.Signals = append(res.Signals, "network_not_enforced")
 	}
+	env, removeFiles, err := privateFiles(env, s.Files)
+	if err != nil {
+		return res, err
+	}
+	defer removeFiles()
 	path, err := lookPath(s.Argv[0], env)
 	if err != nil {
 		fmt.Fprintf(stderrOf(s), "execwrap: %v\n", err)

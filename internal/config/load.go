@@ -453,11 +453,11 @@ func resolvePaths(c *Config) {
 			*p = ExpandPath(*p, base)
 		}
 	}
-	for i := range c.Network.DomainFiles {
-		c.Network.DomainFiles[i].Path = ExpandPath(c.Network.DomainFiles[i].Path, base)
-	}
 	for i := range c.Credentials {
 		c.Credentials[i].SecretFile = ExpandPath(c.Credentials[i].SecretFile, base)
+	}
+	for i := range c.Network.DomainFiles {
+		c.Network.DomainFiles[i].Path = ExpandPath(c.Network.DomainFiles[i].Path, base)
 	}
 }
 
@@ -580,6 +580,7 @@ func validate(c *Config, file string) []error {
 		bad("guardian.timeout", `must be a positive duration such as "10s"`)
 	}
 
+	errs = append(errs, validateCredentials(c, file)...)
 	if c.Admin.TokenEnv == "" {
 		bad("admin.token_env", "missing; name the environment variable holding the admin bearer token")
 	}
@@ -601,7 +602,6 @@ func validate(c *Config, file string) []error {
 		}
 	}
 	errs = append(errs, validateMITM(c, file)...)
-	errs = append(errs, validateCredentials(c, file)...)
 	if c.Metrics.MaxHostLabels < 0 {
 		bad("metrics.max_host_labels", "must not be negative")
 	}

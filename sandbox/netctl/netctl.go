@@ -65,13 +65,14 @@ func (c *Client) Socket() string { return c.socket }
 
 // Registration is the answer to POST /v1/executions.
 type Registration struct {
+	// Placeholders and CACert come from the credential broker
+	// (docs/credentials.md); both empty without [[credentials]].
+	attribution.Credentials
+
 	ExecutionID string `json:"execution_id"`
 	Token       string `json:"token"`
 	HTTPProxy   string `json:"http_proxy"`
 	SOCKS5Proxy string `json:"socks5_proxy"`
-	// Placeholders and CACert come from the credential broker
-	// (docs/credentials.md); both empty without [[credentials]].
-	attribution.Credentials
 }
 
 // Register creates an execution; the returned token must stay in the caller.
