@@ -205,7 +205,13 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			return err
+			var ne net.Error
+			if errors.As(err, &ne) {
+				return err // a timeout or a socket error: no request bytes in it
+			}
+			// net/http quotes the bad line, which may hold a query string
+			// or a placeholder: never let it reach the log.
+			return errors.New("mitm: unreadable inner request")
 		}
 		tc.SetReadDeadline(time.Time{})
 		keep, err := i.serveOne(ctx, t, tr, bw, req)
