@@ -331,6 +331,9 @@ func (i *Interceptor) serveH2(ctx context.Context, t *Tunnel, tr *http.Transport
 	srv := &http2.Server{IdleTimeout: idle}
 	srv.ServeConn(tc, &http2.ServeConnOpts{
 		Context: ctx,
+		// x/net/http2 logs protocol errors through BaseConfig.ErrorLog
+		// (the process's standard logger when nil): keep them out.
+		BaseConfig: &http.Server{ErrorLog: log.New(io.Discard, "", 0)},
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			up, down := i.serveStream(t, tr, w, r)
 			if t.Bytes != nil {
