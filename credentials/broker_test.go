@@ -177,3 +177,36 @@ func TestSecretNeverPrints(t *testing.T) {
 		t.Fatal("a credential prints its secret")
 	}
 }
+
+// TestConcurrent: minting, forgetting, swapping and rewriting at once
+// (run with -race).
+func TestConcurrent(t *testing.T) {
+	b := newBroker(t, openAI())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 200; i++ {
+			id := fmt.Sprintf("exec_%d", i)
+			b.Mint(id)
+			if i%3 == 0 {
+				b.Forget(id)
+			}
+			if i%50 == 0 {
+				set, _ := Load([]Spec{openAI()}, env(map[string]string{"OPENAI_KEY": testSecret}))
+				b.Swap(set)
+			}
+		}
+	}()
+	ph, _ := b.Mint("mine")
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		h := http.Header{"Authorization": {"Bearer " + ph[0].Value}}
+		if a, _ := b.Rewrite("mine", "api.openai.com", h, "GET / HTTP/1.1"); a != Injected {
+			t.Fatalf("rewrite under load: %v", a)
+		}
+	}
+}
