@@ -38,6 +38,8 @@ type ControlServer struct {
 
 	srv *http.Server
 	mux *http.ServeMux
+
+	minter Minter // under mu; credentials.go
 }
 
 // NewControlServer builds the control API. approvals serves
@@ -157,6 +159,8 @@ func (l *unlinkListener) Close() error {
 }
 
 type registerResponse struct {
+	Credentials // placeholders and ca_cert (credentials.go)
+
 	ExecutionID string `json:"execution_id"`
 	Token       string `json:"token"`
 	HTTPProxy   string `json:"http_proxy"`
@@ -198,9 +202,14 @@ func (c *ControlServer) register(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, strings.ReplaceAll(err.Error(), "\n", "; "))
 		return
 	}
+	creds, ok := c.mintCredentials(w, e.ID)
+	if !ok {
+		return
+	}
 	writeJSON(w, http.StatusCreated, registerResponse{
 		ExecutionID: e.ID, Token: token, HTTPProxy: c.info.HTTP, SOCKS5Proxy: c.info.SOCKS5,
 		NetworkNotes: notes,
+		Credentials: creds,
 	})
 }
 

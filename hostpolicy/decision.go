@@ -36,6 +36,9 @@ const (
 	ReasonProxyDisabled       Reason = "proxy_disabled"
 	ReasonAttributionRejected Reason = "attribution_rejected"
 	ReasonPolicyDenied        Reason = "policy_denied"
+	// ReasonCredentialMisuse: a live credential placeholder toward a host
+	// it does not belong to, or from another execution (docs/credentials.md).
+	ReasonCredentialMisuse Reason = "credential_misuse"
 )
 
 // Source says which stage made a decision (SPEC §3.6).

@@ -16,6 +16,8 @@ func (d Decision) Message() string {
 		return "Method not allowed in limited mode."
 	case ReasonMITMRequired:
 		return "MITM required for limited HTTPS."
+	case ReasonCredentialMisuse:
+		return "Credential placeholder sent to a host or from an execution it does not belong to."
 	case ReasonProxyDisabled:
 		// Never a 403 body: it is the body of the 503 a disabled proxy
 		// answers (SPEC §3.7; the reference's text, §4.3).

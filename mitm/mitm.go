@@ -1,8 +1,11 @@
-// Package mitm owns netproxy's opt-in TLS interception for limited mode
-// (SPEC §3.8): the CA loaded from [mitm], leaf minting for CONNECT hosts with
-// a bounded cache, and the interception of one CONNECT tunnel — terminating
-// the client's TLS, reading each inner request, asking the caller's check,
-// and forwarding allowed requests to the upstream over verified TLS.
+// Package mitm owns netproxy's opt-in TLS interception — for limited mode
+// (SPEC §3.8) and, in any mode, for the hosts of a credential
+// (docs/credentials.md): the CA loaded from [mitm], leaf minting for CONNECT
+// hosts with a bounded cache, and the interception of one tunnel —
+// terminating the client's TLS (HTTP/1.1 or HTTP/2 by ALPN), reading each
+// inner request, asking the caller's check (which may rewrite the request's
+// headers), and streaming allowed requests to the upstream over verified
+// TLS (HTTP/1.1 or HTTP/2).
 //
 // It must never forward a request the check did not allow, never skip
 // upstream certificate verification, and never write the CA key anywhere.
@@ -22,10 +25,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/elazarl/goproxy"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/net/http2"
 )
 
 // DefaultLeafCacheSize bounds the leaf cache when the caller passes 0.
@@ -122,8 +127,9 @@ func UpstreamRoots(extraFile string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// Check decides one inner request. It returns nil to forward the request,
-// or the response to send instead (the request is then never forwarded).
+// Check decides one inner request. It returns nil to forward the request
+// (with any header it rewrote), or the response to send instead (the
+// request is then never forwarded).
 type Check func(ctx context.Context, req *http.Request) *http.Response
 
 // Interceptor terminates TLS for CONNECT tunnels and forwards the requests
@@ -172,7 +178,7 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 	}
 	tc := tls.Server(t.Client, &tls.Config{
 		Certificates: []tls.Certificate{*leaf},
-		NextProtos:   []string{"http/1.1"},
+		NextProtos:   []string{"h2", "http/1.1"},
 		MinVersion:   tls.VersionTLS12,
 	})
 	idle := i.Idle
@@ -185,26 +191,11 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 	if err != nil {
 		return fmt.Errorf("mitm: client handshake: %w", err)
 	}
-	tr := &http.Transport{
-		DialTLSContext: func(dctx context.Context, _, _ string) (net.Conn, error) {
-			raw, err := t.Dial(dctx)
-			if err != nil {
-				return nil, err
-			}
-			// Verification is the default (system roots + upstream_ca);
-			// the name checked is the CONNECT host.
-			uc := tls.Client(raw, &tls.Config{RootCAs: i.Roots, ServerName: t.Host, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
-			if err := uc.HandshakeContext(dctx); err != nil {
-				raw.Close()
-				return nil, err
-			}
-			return uc, nil
-		},
-		DisableCompression: true,
-		MaxIdleConns:       1,
-		IdleConnTimeout:    idle,
-	}
+	tr := i.transport(t, idle)
 	defer tr.CloseIdleConnections()
+	if tc.ConnectionState().NegotiatedProtocol == "h2" {
+		return i.serveH2(ctx, t, tr, tc, idle)
+	}
 	br := bufio.NewReader(tc)
 	bw := bufio.NewWriter(tc)
 	for {
@@ -214,7 +205,13 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			return err
+			var ne net.Error
+			if errors.As(err, &ne) {
+				return err // a timeout or a socket error: no request bytes in it
+			}
+			// net/http quotes the bad line, which may hold a query string
+			// or a placeholder: never let it reach the log.
+			return errors.New("mitm: unreadable inner request")
 		}
 		tc.SetReadDeadline(time.Time{})
 		keep, err := i.serveOne(ctx, t, tr, bw, req)
@@ -222,6 +219,46 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 			return err
 		}
 	}
+}
+
+// transport is the tunnel's own upstream client: it dials only through
+// t.Dial (the pinned address), verifies the upstream's certificate against
+// Roots for the CONNECT host, and speaks HTTP/2 when the upstream offers it.
+func (i *Interceptor) transport(t *Tunnel, idle time.Duration) *http.Transport {
+	return &http.Transport{
+		DialTLSContext: func(dctx context.Context, _, _ string) (net.Conn, error) {
+			raw, err := t.Dial(dctx)
+			if err != nil {
+				return nil, err
+			}
+			// Verification is the default (system roots + upstream_ca);
+			// the name checked is the CONNECT host. There is no fallback.
+			uc := tls.Client(raw, &tls.Config{RootCAs: i.Roots, ServerName: t.Host, NextProtos: []string{"h2", "http/1.1"}, MinVersion: tls.VersionTLS12})
+			if err := uc.HandshakeContext(dctx); err != nil {
+				raw.Close()
+				return nil, err
+			}
+			return uc, nil
+		},
+		ForceAttemptHTTP2:  true,
+		DisableCompression: true,
+		MaxIdleConns:       1,
+		IdleConnTimeout:    idle,
+	}
+}
+
+// UpstreamFailure is the text of the 502 answered when the upstream
+// cannot be reached or fails verification; it never names a header value.
+func UpstreamFailure(host string, err error) string {
+	var cv *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	var ci x509.CertificateInvalidError
+	if errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci) {
+		return "upstream certificate verification failed for " + host +
+			" (trusted: system roots + mitm.upstream_ca); the request was not sent"
+	}
+	return "upstream failure"
 }
 
 // serveOne answers one inner request and reports whether the connection
@@ -248,11 +285,22 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	}
 	resp, err := tr.RoundTrip(out)
 	if err != nil {
-		return false, writeResponse(bw, req, TextResponse(req, http.StatusBadGateway, "upstream failure"), true)
+		return false, writeResponse(bw, req, TextResponse(req, http.StatusBadGateway, UpstreamFailure(t.Host, err)), true)
 	}
 	defer resp.Body.Close()
 	removeHopByHop(resp.Header)
+	// The upstream may have answered over HTTP/2: the client speaks 1.1.
+	resp.ProtoMajor, resp.ProtoMinor = 1, 1
+	if resp.ContentLength < 0 && req.Method != http.MethodHead {
+		resp.TransferEncoding = []string{"chunked"}
+	}
 	cr := &countingReader{r: resp.Body}
+	if resp.ContentLength < 0 {
+		// An answer of unknown length may be a stream (server-sent
+		// events): whatever was written (the head, the previous chunk)
+		// reaches the client before waiting for more of the body.
+		cr.flush = bw
+	}
 	resp.Body = cr
 	closeAfter := req.Close || resp.Close
 	err = writeResponse(bw, req, resp, closeAfter)
@@ -265,10 +313,116 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	return !closeAfter && err == nil, err
 }
 
+// serveH2 serves an HTTP/2 client connection: every stream is checked and
+// forwarded like an HTTP/1.1 request, its response streamed back as it
+// arrives. It returns when the client leaves, ctx ends or the connection
+// stays idle.
+func (i *Interceptor) serveH2(ctx context.Context, t *Tunnel, tr *http.Transport, tc *tls.Conn, idle time.Duration) error {
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-ctx.Done():
+			tc.Close()
+		case <-done:
+		}
+	}()
+	var mu sync.Mutex // Bytes may be told from several streams
+	srv := &http2.Server{IdleTimeout: idle}
+	srv.ServeConn(tc, &http2.ServeConnOpts{
+		Context: ctx,
+		// x/net/http2 logs protocol errors through BaseConfig.ErrorLog
+		// (the process's standard logger when nil): keep them out.
+		BaseConfig: &http.Server{ErrorLog: log.New(io.Discard, "", 0)},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			up, down := i.serveStream(t, tr, w, r)
+			if t.Bytes != nil {
+				mu.Lock()
+				t.Bytes("up", up)
+				t.Bytes("down", down)
+				mu.Unlock()
+			}
+		}),
+	})
+	return nil
+}
+
+// serveStream answers one HTTP/2 stream and reports the body bytes moved.
+func (i *Interceptor) serveStream(t *Tunnel, tr *http.Transport, w http.ResponseWriter, r *http.Request) (up, down int64) {
+	ctx := r.Context()
+	if !SameAuthority(r.Host, t.Host, t.Port) {
+		http.Error(w, "Host header does not match CONNECT target", http.StatusBadRequest)
+		return 0, 0
+	}
+	if resp := t.Check(ctx, r); resp != nil {
+		defer resp.Body.Close()
+		copyHeader(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		io.Copy(w, resp.Body)
+		return 0, 0
+	}
+	out := r.Clone(ctx)
+	out.RequestURI = ""
+	out.URL.Scheme = "https"
+	out.URL.Host = t.authority()
+	out.Host = t.authority()
+	removeHopByHop(out.Header)
+	var sent *countingReader
+	if r.Body != nil && r.Body != http.NoBody {
+		sent = &countingReader{r: r.Body}
+		out.Body = sent
+	}
+	defer func() {
+		if sent != nil {
+			up = sent.n
+		}
+	}()
+	resp, err := tr.RoundTrip(out)
+	if err != nil {
+		http.Error(w, UpstreamFailure(t.Host, err), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	removeHopByHop(resp.Header)
+	copyHeader(w.Header(), resp.Header)
+	for k := range resp.Trailer {
+		w.Header().Add("Trailer", k)
+	}
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	rc.Flush() // the client sees the head now (a stream may send nothing yet)
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			down += int64(n)
+			rc.Flush()
+		}
+		if rerr != nil {
+			break
+		}
+	}
+	for k, vs := range resp.Trailer {
+		w.Header()[k] = vs
+	}
+	return
+}
+
+func copyHeader(dst, src http.Header) {
+	for k, vs := range src {
+		dst[k] = append([]string(nil), vs...)
+	}
+}
+
 func writeResponse(bw *bufio.Writer, req *http.Request, resp *http.Response, closeAfter bool) error {
 	resp.Request = req
 	resp.Close = closeAfter
-	if err := resp.Write(bw); err != nil {
+	// Only Write is exposed: bufio's ReadFrom would lend its buffer to the
+	// body's Read, which flushes the same buffer (countingReader.flush).
+	if err := resp.Write(struct{ io.Writer }{bw}); err != nil {
 		return err
 	}
 	return bw.Flush()
@@ -316,11 +470,17 @@ func removeHopByHop(h http.Header) {
 }
 
 type countingReader struct {
-	r io.ReadCloser
-	n int64
+	r     io.ReadCloser
+	n     int64
+	flush *bufio.Writer // flushed before each read when set
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
+	if c.flush != nil && c.flush.Buffered() > 0 {
+		if err := c.flush.Flush(); err != nil {
+			return 0, err
+		}
+	}
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err

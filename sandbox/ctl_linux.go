@@ -35,6 +35,7 @@ const (
 type initConfig struct {
 	Argv           []string         `json:"argv"`
 	Env            []string         `json:"env"`
+	Files          []File           `json:"files,omitempty"` // namespaces tier: written in /tmp
 	Cwd            string           `json:"cwd"`
 	Tier           Tier             `json:"tier"`
 	Kind           Kind             `json:"kind"`

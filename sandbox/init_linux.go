@@ -77,6 +77,9 @@ func initRun(ctl int, cfg *initConfig, cgroupProcs []int) (int, error) {
 		}
 		notes = append(notes, n...)
 		_ = unix.Sethostname([]byte("sandbox"))
+		if err := writeFiles("/tmp", cfg.Files); err != nil { // the private tmpfs
+			return 0, stepErr("write_files", err)
+		}
 		if err := bringLoopbackUp(); err != nil {
 			return 0, stepErr("loopback_up", err)
 		}

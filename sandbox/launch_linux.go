@@ -196,6 +196,9 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		RequireLandlock: os.Geteuid() == 0 && !s.AllowDegraded,
 	}
 	env := StripProxyEnv(s.Env)
+	if err := checkFiles(s.Files); err != nil {
+		return res, err
+	}
 	var br *bridge
 	if s.Network == NetworkProxied {
 		br = newBridge()
@@ -213,6 +216,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 			}
 			env = ProxyEnv(env, "127.0.0.1:"+strconv.Itoa(sandboxHTTPPort), socks)
 		}
+		cfg.Files, env = s.Files, fileEnv(env, "/tmp", s.Files)
 	case TierLandlock:
 		tmp, terr := os.MkdirTemp("", "execwrap-tmp-")
 		if terr != nil {
@@ -221,6 +225,10 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		defer os.RemoveAll(tmp)
 		cfg.PrivateTmp = tmp
 		env = SetEnv(env, "TMPDIR", tmp)
+		if err := writeFiles(tmp, s.Files); err != nil {
+			return res, err
+		}
+		env = fileEnv(env, tmp, s.Files)
 		if s.Network == NetworkProxied {
 			p, perr := s.resolveProxy(ctx)
 			if perr != nil {
@@ -884,6 +892,11 @@ func runUnsandboxed(ctx context.Context, s Spec) (Result, error) {
 		env = ProxyEnv(env, httpAddr, socksAddr)
 		res.Signals = append(res.Signals, "network_not_enforced")
 	}
+	env, removeFiles, err := privateFiles(env, s.Files)
+	if err != nil {
+		return res, err
+	}
+	defer removeFiles()
 	path, err := lookPath(s.Argv[0], env)
 	if err != nil {
 		fmt.Fprintf(stderrOf(s), "execwrap: %v\n", err)

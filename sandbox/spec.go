@@ -109,6 +109,10 @@ type Spec struct {
 	// and a SOCKS5 listener are then created inside the sandbox.
 	ProxyResolve func(ctx context.Context) (*ProxyTarget, error)
 
+	// Files are created in the sandbox's private temporary folder before
+	// the command starts (their variables point at them).
+	Files []File
+
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	Timeout        time.Duration // 0 → none

@@ -75,6 +75,12 @@ func (r *runner) attempt(ctx context.Context, sandboxed bool) (orchestrator.Atte
 		// stream is live before any request can be made.
 		regCh = make(chan regOutcome, 1)
 		go func() { regCh <- r.register(ctx, evCtx) }()
+		// Credential placeholders and the CA bundle must be in the
+		// command's environment before the sandbox starts
+		// (docs/credentials.md): wait for the registration.
+		o := <-regCh
+		regCh <- o
+		applyCredentials(&spec, o.reg)
 		stop := make(chan struct{})
 		spec.Stop = stop
 		spec.ProxyResolve = func(rctx context.Context) (*sandbox.ProxyTarget, error) {

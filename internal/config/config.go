@@ -31,6 +31,9 @@ type Config struct {
 	Shadow      Shadow      `toml:"shadow"`
 	Cluster     Cluster     `toml:"cluster"`
 
+	// Credentials are the [[credentials]] entries (docs/credentials.md).
+	Credentials []Credential `toml:"credentials"`
+
 	// Path is the file this config was loaded from ("" for the embedded
 	// default); relative paths inside it resolve against its folder.
 	Path string `toml:"-"`

@@ -21,6 +21,7 @@ import (
 	"github.com/pelletier/go-toml/v2/unstable"
 
 	"github.com/netproxy/netproxy/configs"
+	"github.com/netproxy/netproxy/credentials"
 	"github.com/netproxy/netproxy/hostpolicy"
 	"github.com/netproxy/netproxy/hostpolicy/hostname"
 	"github.com/netproxy/netproxy/internal/admin"
@@ -344,7 +345,7 @@ func friendlyTypeError(msg string) string {
 	}
 	names := map[string]string{"bool": "a boolean (true or false)", "string": "a string", "int": "an integer",
 		"[]string": "a list of strings", "map[string]string": "a table of strings", "[]config.DomainFile": "an array of tables",
-		"[]config.Hook": "an array of tables", "map[string][]string": "a table of string lists"}
+		"[]config.Hook": "an array of tables", "[]config.Credential": "an array of tables", "map[string][]string": "a table of string lists"}
 	if n, ok := names[want]; ok {
 		want = n
 	}
@@ -451,6 +452,9 @@ func resolvePaths(c *Config) {
 		if *p != "" {
 			*p = ExpandPath(*p, base)
 		}
+	}
+	for i := range c.Credentials {
+		c.Credentials[i].SecretFile = ExpandPath(c.Credentials[i].SecretFile, base)
 	}
 	for i := range c.Network.DomainFiles {
 		c.Network.DomainFiles[i].Path = ExpandPath(c.Network.DomainFiles[i].Path, base)
@@ -582,6 +586,7 @@ func validate(c *Config, file string) []error {
 		bad("guardian.timeout", `must be a positive duration such as "10s"`)
 	}
 
+	errs = append(errs, validateCredentials(c, file)...)
 	if c.Admin.TokenEnv == "" {
 		bad("admin.token_env", "missing; name the environment variable holding the admin bearer token")
 	}
@@ -661,6 +666,37 @@ func validateMITM(c *Config, file string) []error {
 	leaf, err := x509.ParseCertificate(pair.Certificate[0])
 	if err != nil || !leaf.IsCA {
 		bad("mitm.ca_cert", "%s is not a CA certificate (basic constraints CA:TRUE needed)", c.MITM.CACert)
+	}
+	return errs
+}
+
+// validateCredentials checks each [[credentials]] entry's shape (the
+// credentials package owns what is valid), that no host pattern is claimed
+// twice for one header, and that [mitm] is on: HTTPS toward a credential's
+// hosts must be intercepted to inject the secret. Secrets are read by
+// serve and reload, not here.
+func validateCredentials(c *Config, file string) []error {
+	var errs []error
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, &Error{File: file, Key: key, Msg: fmt.Sprintf(format, a...)})
+	}
+	specs := c.CredentialSpecs()
+	for i, s := range specs {
+		for _, ke := range s.Check() {
+			bad(fmt.Sprintf("credentials[%d].%s", i, ke.Key), "%s", ke.Msg)
+		}
+	}
+	for _, cf := range credentials.Conflicts(specs) {
+		if cf.HostIndex < 0 {
+			bad(fmt.Sprintf("credentials[%d].name", cf.Second), "%q is already the name of credentials[%d]", cf.Pattern, cf.First)
+			continue
+		}
+		bad(fmt.Sprintf("credentials[%d].hosts[%d]", cf.Second, cf.HostIndex),
+			"%q is already claimed for header %s by credentials[%d] (%s); one host pattern, one credential per header",
+			cf.Pattern, cf.Header, cf.First, specs[cf.First].Name)
+	}
+	if len(specs) > 0 && !c.MITM.Enabled {
+		bad("credentials", "[mitm] enabled = true is needed: netproxy injects secrets into HTTPS only by intercepting it with its CA (docs/credentials.md)")
 	}
 	return errs
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/netproxy/netproxy/attribution"
+	"github.com/netproxy/netproxy/credentials"
 	"github.com/netproxy/netproxy/hostpolicy"
 	"github.com/netproxy/netproxy/internal/observe"
 	"github.com/netproxy/netproxy/metrics"
@@ -58,6 +59,10 @@ type Core struct {
 	// MITM, when set, intercepts limited-mode CONNECTs whose host is
 	// allowed (SPEC §3.8) instead of answering mitm_required.
 	MITM *mitm.Interceptor
+	// Credentials, when set, is the credential broker: HTTPS toward a
+	// credential's hosts is intercepted (with MITM), and every forwarded
+	// request's placeholders are replaced or blocked (docs/credentials.md).
+	Credentials *credentials.Broker
 	// Recheck judges open connections after a change (SPEC §3.9); nil:
 	// open connections are never re-checked.
 	Recheck Rechecker

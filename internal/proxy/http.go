@@ -361,6 +361,9 @@ func (h *HTTPProxy) servePlain(ctx context.Context, pc *plainConn, c *Conn, bw *
 	if !h.core.bindPlain(c, &d, gen) {
 		return false // a change since the decision closed the connection
 	}
+	if !h.credentialHook(c, bw, req, d) { // credential broker (docs/credentials.md)
+		return false
+	}
 
 	// Forward through goproxy, dialing exactly the decision's addresses.
 	req.URL.Scheme = "http"
@@ -443,6 +446,9 @@ func (h *HTTPProxy) serveFast(pc *plainConn, c *Conn, bw *bufio.Writer, req *htt
 	}
 	if !h.core.bindPlain(c, &d, gen) {
 		return false // a change since the decision closed the connection
+	}
+	if !h.credentialHook(c, bw, req, d) { // credential broker (docs/credentials.md)
+		return false
 	}
 	req.URL.Scheme = "http"
 	req.URL.Host = authority

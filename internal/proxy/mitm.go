@@ -27,6 +27,7 @@ type hostChecker interface {
 // without an interceptor, or without a way to re-check inner requests, it
 // fails closed with mitm_required.
 func (c *Core) mitmAdmit(req hostpolicy.Request, d hostpolicy.Decision) hostpolicy.Decision {
+	d = c.credentialAdmit(req, d)
 	if !d.Intercept {
 		return d
 	}
@@ -106,33 +107,51 @@ func (h *HTTPProxy) serveMITM(ctx context.Context, c *Conn, bw interface {
 		return false
 	}
 	c.SetReadDeadline(time.Time{}) // the interceptor keeps its own deadlines
-	target := TargetOf(d)
-	host, port := d.Host, d.Port
-	t := &mitm.Tunnel{
-		Client: &earlyConn{Conn: c.TCPConn, early: early},
-		Host:   host, Port: port,
-		Check: func(ictx context.Context, req *http.Request) *http.Response {
-			ireq := h.core.request(c, host, port, hostpolicy.ProtoHTTPS, req.Method)
-			id := h.core.decideInner(ictx, ireq)
-			if id.Allowed() {
-				return nil
-			}
-			return blockedJSONResponse(req, id)
-		},
-		Dial: func(dctx context.Context) (net.Conn, error) { return h.core.Dialer.DialTarget(dctx, target) },
-		Bytes: func(dir string, n int64) {
-			h.core.Meter.Bytes(dir, string(hostpolicy.ProtoHTTPS), n)
-		},
-	}
+	t := h.core.mitmTunnel(c, &earlyConn{Conn: c.TCPConn, early: early}, d, hostpolicy.ProtoHTTPS)
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
 		defer c.Close()
-		if err := h.core.MITM.Serve(ctx, t); err != nil {
-			h.core.logger().Info("mitm tunnel ended", "host", host, "port", strconv.Itoa(int(port)), "error", err.Error())
-		}
+		h.core.serveTunnel(ctx, t)
 	}()
 	return true
+}
+
+// mitmTunnel describes the interception of one admitted tunnel: each inner
+// request is re-checked (limited mode: host chain and method; a tunnel
+// intercepted only for a credential skips that, the CONNECT decided it),
+// then passed to the credential broker, which may inject or block.
+func (c *Core) mitmTunnel(conn *Conn, client net.Conn, d hostpolicy.Decision, proto hostpolicy.Protocol) *mitm.Tunnel {
+	target := TargetOf(d)
+	host, port := d.Host, d.Port
+	credOnly := credentialOnly(d)
+	return &mitm.Tunnel{
+		Client: client,
+		Host:   host, Port: port,
+		Check: func(ictx context.Context, req *http.Request) *http.Response {
+			if !credOnly {
+				ireq := c.request(conn, host, port, hostpolicy.ProtoHTTPS, req.Method)
+				if id := c.decideInner(ictx, ireq); !id.Allowed() {
+					return blockedJSONResponse(req, id)
+				}
+			}
+			if bd := c.credentialCheck(conn, host, port, hostpolicy.ProtoHTTPS, req); bd != nil {
+				return blockedJSONResponse(req, *bd)
+			}
+			return nil
+		},
+		Dial: func(dctx context.Context) (net.Conn, error) { return c.Dialer.DialTarget(dctx, target) },
+		Bytes: func(dir string, n int64) {
+			c.Meter.Bytes(dir, string(proto), n)
+		},
+	}
+}
+
+// serveTunnel runs an interception to its end.
+func (c *Core) serveTunnel(ctx context.Context, t *mitm.Tunnel) {
+	if err := c.MITM.Serve(ctx, t); err != nil {
+		c.logger().Info("mitm tunnel ended", "host", t.Host, "port", strconv.Itoa(int(t.Port)), "error", err.Error())
+	}
 }
 
 // earlyConn replays client bytes read past the CONNECT head (e.g. a

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/netproxy/netproxy/attribution"
+	"github.com/netproxy/netproxy/credentials"
 	"github.com/netproxy/netproxy/hostpolicy"
 	"github.com/netproxy/netproxy/internal/config"
 	"github.com/netproxy/netproxy/internal/observe"
@@ -85,6 +86,8 @@ type stackParts struct {
 	sink observe.DecisionSink
 	// mitm, when set, intercepts limited-mode CONNECT.
 	mitm *mitm.Interceptor
+	// creds, when set, is the credential broker.
+	creds *credentials.Broker
 }
 
 func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackParts) *stack {
@@ -124,6 +127,7 @@ func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackPar
 		Recheck:    eng,
 		Instance:   testInstance,
 	}
+	core.Credentials = parts.creds // the credential broker
 	s.core = core
 	s.httpP, s.socksP = NewHTTP(core), NewSOCKS(core)
 	ctx, cancel := context.WithCancel(context.Background())

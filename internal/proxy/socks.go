@@ -132,6 +132,9 @@ func (s *SOCKSProxy) ServeConn(ctx context.Context, c *Conn) {
 		if !decision.Allowed() {
 			return nil, ErrNoTarget
 		}
+		if decision.Intercept { // a credential's host on port 443 (docs/credentials.md)
+			return nil, s.intercept(ctx, sc, decision, gen)
+		}
 		up, err := s.core.Dialer.DialTarget(ctx, TargetOf(decision))
 		if err != nil {
 			s.core.logger().Info("upstream failure", "protocol", "socks5-tcp", "host", decision.Host, "port", decision.Port, "error", err.Error())

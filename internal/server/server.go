@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/netproxy/netproxy/attribution"
+	"github.com/netproxy/netproxy/credentials"
 	"github.com/netproxy/netproxy/hostpolicy"
 	"github.com/netproxy/netproxy/internal/admin"
 	"github.com/netproxy/netproxy/internal/config"
@@ -70,6 +71,11 @@ type Server struct {
 	tokenGen bool
 	sinks    atomic.Pointer[observe.Fanout]
 	required atomic.Bool
+
+	// creds is the credential broker (docs/credentials.md); caPEM the
+	// interception CA handed to executions (a string).
+	creds *credentials.Broker
+	caPEM atomic.Value
 
 	tracker  *proxy.Tracker
 	dialer   *proxy.Dialer
@@ -123,6 +129,19 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		decider = s.decider
 	}
 	s.engine = hostpolicy.NewEngine(pol, decider)
+	credSet, err := loadCredentials(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := protectSecrets(credSet); err != nil {
+		return nil, err
+	}
+	s.creds = credentials.NewBroker(credSet)
+	ca, err := credentialCA(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.caPEM.Store(ca)
 	s.recordPatterns(pol)
 	s.required.Store(cfg.Attribution.Required)
 
@@ -200,6 +219,8 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		Meter:      s.meter,
 		Logger:     logger,
 		Tracker:    s.tracker,
+		// Credentials: the broker (docs/credentials.md).
+		Credentials: s.creds,
 		Limits: proxy.Limits{
 			HeaderTimeout:  cfg.Limits.HeaderTimeout.Duration,
 			IdleTimeout:    cfg.Limits.IdleTimeout.Duration,
@@ -233,6 +254,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.registry.OnChange(func(kind string, e attribution.Execution) {
 		if kind == attribution.ExecutionEnded {
 			core.CloseExecution(e.ID)
+			s.creds.Forget(e.ID) // its placeholders are dead from now on
 		}
 	})
 
@@ -502,6 +524,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	for _, r := range s.ctlRoutes {
 		s.control.Handle(r.pattern, r.h)
 	}
+	s.control.SetMinter(s.mintCredentials)
 	s.adminSrv = &http.Server{Handler: s.admin, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 
 	s.bg.Add(5)
@@ -603,8 +626,23 @@ func (s *Server) reload() error {
 	if err != nil {
 		return err
 	}
+	// Secrets are re-read (secret_file too); one missing fails the reload
+	// and every previous credential stays.
+	credSet, err := loadCredentials(cfg)
+	if err != nil {
+		return err
+	}
+	ca, err := credentialCA(cfg)
+	if err != nil {
+		return err
+	}
 	wasEnabled := s.engine.Enabled()
+	if err := protectSecrets(credSet); err != nil {
+		return err
+	}
 	s.engine.Swap(pol)
+	s.creds.Swap(credSet)
+	s.caPEM.Store(ca)
 	s.required.Store(cfg.Attribution.Required)
 	s.recordPatterns(pol)
 	// The candidate is reloaded with the live policy; its failure is its own.

@@ -65,6 +65,10 @@ func (c *Client) Socket() string { return c.socket }
 
 // Registration is the answer to POST /v1/executions.
 type Registration struct {
+	// Placeholders and CACert come from the credential broker
+	// (docs/credentials.md); both empty without [[credentials]].
+	attribution.Credentials
+
 	ExecutionID string `json:"execution_id"`
 	Token       string `json:"token"`
 	HTTPProxy   string `json:"http_proxy"`
