@@ -209,7 +209,7 @@ func (c *ControlServer) register(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, registerResponse{
 		ExecutionID: e.ID, Token: token, HTTPProxy: c.info.HTTP, SOCKS5Proxy: c.info.SOCKS5,
 		NetworkNotes: notes,
-		Credentials: creds,
+		Credentials:  creds,
 	})
 }
 
