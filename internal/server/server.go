@@ -195,6 +195,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			HeaderTimeout:  cfg.Limits.HeaderTimeout.Duration,
 			IdleTimeout:    cfg.Limits.IdleTimeout.Duration,
 			MaxHeaderBytes: cfg.Limits.MaxHeaderBytes,
+			MaxHeaders:     cfg.Limits.MaxHeaders,
 		},
 	}
 	if cfg.MITM.Enabled {

@@ -1,0 +1,153 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+)
+
+// Request heads (SPEC §7.2): a head may take at most max_header_bytes
+// (request line and header lines) and max_headers header fields; beyond
+// either the client gets a 431. Memory is bounded by what was received: the
+// bytes pass once from the socket through the connection's read buffer into
+// http.ReadRequest, which parses them; the headScanner below only watches
+// them go by. It never keeps a copy of the head — only the raw Host line,
+// which SPEC §3.7 needs and which http.ReadRequest drops for absolute-form
+// requests.
+
+var (
+	errHeaderTooLarge = errors.New("request header too large")
+	errTooManyHeaders = errors.New("too many request header fields")
+)
+
+// headScanner sits between a client socket and the connection's
+// bufio.Reader. While a head is being read it counts the head's bytes and
+// lines as they pass and fails the read that would exceed a limit; it also
+// records the value of the head's first Host line. It owns no buffer of the
+// head and must never hold more than the Host line.
+type headScanner struct {
+	r        io.Reader
+	maxBytes int
+	maxLines int
+
+	active  bool // a head is being read
+	n       int  // head bytes so far
+	lines   int  // complete lines so far (the request line included)
+	cur     int  // bytes of the current line so far (CR included)
+	prefix  [5]byte
+	inHost  bool   // the current line is a Host line
+	host    []byte // the Host line's bytes after "host:" (first Host line only)
+	gotHost bool
+	err     error
+}
+
+// begin starts watching a new head; pre are bytes of it already buffered.
+func (s *headScanner) begin(pre []byte) error {
+	s.active, s.n, s.lines, s.cur, s.inHost, s.gotHost, s.err = true, 0, 0, 0, false, false, nil
+	s.host = s.host[:0]
+	if cap(s.host) > 1024 {
+		s.host = nil
+	}
+	s.scan(pre)
+	return s.err
+}
+
+// end stops watching (the head was parsed, or the connection is done).
+func (s *headScanner) end() { s.active = false }
+
+// hostValue is the head's raw Host header value ("" when absent).
+func (s *headScanner) hostValue() string {
+	if !s.gotHost {
+		return ""
+	}
+	return string(bytes.TrimSpace(bytes.TrimSuffix(s.host, []byte("\r"))))
+}
+
+func (s *headScanner) Read(p []byte) (int, error) {
+	if s.active && s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.r.Read(p)
+	if s.active && n > 0 {
+		s.scan(p[:n])
+		if s.err != nil {
+			// The bytes read are still handed on: the head's end may lie
+			// before the limit was crossed (body bytes read with it). The
+			// next read fails.
+			return n, nil
+		}
+	}
+	return n, err
+}
+
+// scan watches b go by, up to the end of the head.
+func (s *headScanner) scan(b []byte) {
+	for len(b) > 0 && s.active && s.err == nil {
+		i := bytes.IndexByte(b, '\n')
+		seg := b
+		if i >= 0 {
+			seg = b[:i+1]
+		}
+		b = b[len(seg):]
+		if s.n += len(seg); s.n > s.maxBytes {
+			s.err = errHeaderTooLarge
+			return
+		}
+		// The first bytes of the line decide whether it is a Host line.
+		l := len(seg)
+		if s.cur < len(s.prefix) {
+			k := copy(s.prefix[s.cur:], seg)
+			if s.cur+k == len(s.prefix) && s.lines > 0 && !s.gotHost {
+				if s.inHost = asciiEqualFold(s.prefix[:], "host:"); s.inHost {
+					seg = seg[k:]
+				}
+			}
+		}
+		if s.inHost {
+			s.host = append(s.host, bytes.TrimSuffix(seg, []byte("\n"))...)
+		}
+		s.cur += l
+		if i < 0 {
+			return // the line goes on in the next read
+		}
+		// End of a line.
+		empty := s.cur == 1 || (s.cur == 2 && s.prefix[0] == '\r')
+		if s.inHost {
+			s.inHost, s.gotHost = false, true
+		}
+		s.cur = 0
+		if empty && s.lines > 0 {
+			s.active = false // the head is complete
+			return
+		}
+		s.lines++
+		if s.lines-1 > s.maxLines {
+			s.err = errTooManyHeaders
+			return
+		}
+	}
+}
+
+func asciiEqualFold(b []byte, lower string) bool {
+	if len(b) != len(lower) {
+		return false
+	}
+	for i := range b {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// rawHostHeader returns the Host header of the request head at the start
+// of raw ("" when absent), as the connection loop's headScanner sees it.
+func rawHostHeader(raw []byte) string {
+	s := headScanner{maxBytes: len(raw) + 1, maxLines: len(raw) + 1}
+	s.begin(raw)
+	return s.hostValue()
+}
