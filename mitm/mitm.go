@@ -132,6 +132,10 @@ type Interceptor struct {
 	Authority *Authority
 	Roots     *x509.CertPool // upstream trust; never nil verification
 	Idle      time.Duration  // wait for the next inner request (0: 5m)
+	// MaxHeaderBytes and MaxHeaders bound one inner request head (SPEC
+	// §7.2; 0: 64 KiB and 100); beyond either the client gets a 431.
+	MaxHeaderBytes int
+	MaxHeaders     int
 }
 
 // Tunnel is one intercepted CONNECT.
@@ -205,28 +209,95 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 		IdleConnTimeout:    idle,
 	}
 	defer tr.CloseIdleConnections()
-	br := bufio.NewReader(tc)
+	lim := &headLimit{r: tc, maxBytes: i.MaxHeaderBytes, maxLines: i.MaxHeaders}
+	if lim.maxBytes <= 0 {
+		lim.maxBytes = 64 << 10
+	}
+	if lim.maxLines <= 0 {
+		lim.maxLines = 100
+	}
+	br := bufio.NewReader(lim)
 	bw := bufio.NewWriter(tc)
 	for {
 		tc.SetReadDeadline(time.Now().Add(idle))
+		pre, _ := br.Peek(br.Buffered())
+		lim.begin(pre)
 		req, err := http.ReadRequest(br)
+		lim.active = false
 		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+			switch {
+			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, io.ErrUnexpectedEOF):
 				return nil
+			case errors.Is(err, errHeadTooLarge):
+				writeResponse(bw, nil, TextResponse(nil, http.StatusRequestHeaderFieldsTooLarge, "request header too large\n"), true)
+			default:
+				var ne net.Error
+				if !errors.As(err, &ne) {
+					// RFC 9112: a malformed head (e.g. "Transfer-Encoding :")
+					// is answered 400, never forwarded.
+					writeResponse(bw, nil, TextResponse(nil, http.StatusBadRequest, "malformed request\n"), true)
+				}
 			}
 			return err
 		}
 		tc.SetReadDeadline(time.Time{})
-		keep, err := i.serveOne(ctx, t, tr, bw, req)
+		keep, err := i.serveOne(ctx, t, tr, tc, br, bw, req)
 		if err != nil || !keep {
 			return err
 		}
 	}
 }
 
+var errHeadTooLarge = errors.New("mitm: request head beyond the limits")
+
+// headLimit counts the bytes and lines of an inner request head as they
+// pass from the TLS connection to the parser; it keeps no copy.
+type headLimit struct {
+	r                  io.Reader
+	maxBytes, maxLines int
+	active             bool
+	n, lines, cur      int
+}
+
+func (l *headLimit) begin(pre []byte) {
+	l.active, l.n, l.lines, l.cur = true, 0, 0, 0
+	l.scan(pre)
+}
+
+func (l *headLimit) scan(b []byte) bool {
+	for _, c := range b {
+		if !l.active {
+			return true
+		}
+		l.n++
+		if l.n > l.maxBytes || l.lines > l.maxLines+1 {
+			return false
+		}
+		if c != '\n' {
+			l.cur++
+			continue
+		}
+		if (l.cur == 0 || l.cur == 1) && l.lines > 0 {
+			l.active = false // the empty line: the head is complete
+			return true
+		}
+		l.lines++
+		l.cur = 0
+	}
+	return l.n <= l.maxBytes && l.lines <= l.maxLines+1
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	if l.active && n > 0 && !l.scan(p[:n]) {
+		return 0, errHeadTooLarge
+	}
+	return n, err
+}
+
 // serveOne answers one inner request and reports whether the connection
 // may carry another.
-func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transport, bw *bufio.Writer, req *http.Request) (bool, error) {
+func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transport, tc net.Conn, br *bufio.Reader, bw *bufio.Writer, req *http.Request) (bool, error) {
 	hasBody := req.ContentLength != 0
 	if !SameAuthority(req.Host, t.Host, t.Port) {
 		return false, writeResponse(bw, req, TextResponse(req, http.StatusBadRequest, "Host header does not match CONNECT target"), true)
@@ -240,7 +311,12 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	out.URL.Scheme = "https"
 	out.URL.Host = t.authority()
 	out.Host = t.authority()
+	upType := upgradeType(req.Header)
 	removeHopByHop(out.Header)
+	if upType != "" {
+		out.Header.Set("Connection", "Upgrade")
+		out.Header.Set("Upgrade", upType)
+	}
 	var sent *countingReader
 	if req.Body != nil && req.Body != http.NoBody {
 		sent = &countingReader{r: req.Body}
@@ -251,6 +327,16 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 		return false, writeResponse(bw, req, TextResponse(req, http.StatusBadGateway, "upstream failure"), true)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// Only for the protocol asked for; anything else would hold the
+		// client's connection slot for as long as the upstream likes.
+		rwc, ok := resp.Body.(io.ReadWriteCloser)
+		if upType == "" || !ok || !strings.EqualFold(upgradeType(resp.Header), upType) {
+			writeResponse(bw, req, TextResponse(req, http.StatusBadGateway, "upstream failure"), true)
+			return false, errors.New("mitm: upstream switched protocols without a matching upgrade request")
+		}
+		return false, spliceUpgrade(tc, br, bw, resp, rwc, t.Bytes)
+	}
 	removeHopByHop(resp.Header)
 	cr := &countingReader{r: resp.Body}
 	resp.Body = cr
@@ -263,6 +349,60 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 		}
 	}
 	return !closeAfter && err == nil, err
+}
+
+// upgradeType is the protocol a head asks to switch to ("" none).
+func upgradeType(h http.Header) string {
+	for _, v := range h.Values("Connection") {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				return h.Get("Upgrade")
+			}
+		}
+	}
+	return ""
+}
+
+// upgradeGrace closes an upgraded inner connection this long after one
+// side ended it.
+const upgradeGrace = 5 * time.Second
+
+// spliceUpgrade relays a 101 and then copies bytes both ways between the
+// client's TLS session and the upstream's until one side ends (plus
+// upgradeGrace for the other), then closes both.
+func spliceUpgrade(tc net.Conn, br *bufio.Reader, bw *bufio.Writer, resp *http.Response, up io.ReadWriteCloser, bytesFn func(string, int64)) error {
+	proto := resp.Header.Get("Upgrade")
+	removeHopByHop(resp.Header)
+	resp.Header.Set("Connection", "Upgrade")
+	resp.Header.Set("Upgrade", proto)
+	bw.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
+	resp.Header.Write(bw)
+	bw.WriteString("\r\n")
+	if err := bw.Flush(); err != nil {
+		up.Close()
+		return err
+	}
+	done := make(chan struct{}, 2)
+	var upN, downN int64
+	go func() {
+		upN, _ = io.Copy(up, br) // br holds client bytes already read
+		done <- struct{}{}
+	}()
+	go func() {
+		downN, _ = io.Copy(tc, up)
+		done <- struct{}{}
+	}()
+	<-done
+	t := time.AfterFunc(upgradeGrace, func() { up.Close(); tc.Close() })
+	<-done
+	t.Stop()
+	up.Close()
+	tc.Close()
+	if bytesFn != nil {
+		bytesFn("up", upN)
+		bytesFn("down", downN)
+	}
+	return nil
 }
 
 func writeResponse(bw *bufio.Writer, req *http.Request, resp *http.Response, closeAfter bool) error {
