@@ -123,10 +123,12 @@ func (h *HTTPProxy) ServeConn(ctx context.Context, c *Conn) {
 			switch {
 			case errors.Is(err, errHeaderTooLarge):
 				writeSimple(bw, http.StatusRequestHeaderFieldsTooLarge, "request header too large")
-				lingerClose(c)
+				lingerFor(c, lingerHeadTime, lingerHeadBytes)
 			case errors.Is(err, errTooManyHeaders):
 				writeSimple(bw, http.StatusRequestHeaderFieldsTooLarge, "too many request header fields")
-				lingerClose(c)
+				lingerFor(c, lingerHeadTime, lingerHeadBytes)
+			case errors.Is(err, errBadFieldName):
+				writeSimple(bw, http.StatusBadRequest, "malformed header field name")
 			case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), isTimeout(err),
 				errors.Is(err, net.ErrClosed), !time.Now().Before(headDeadline):
 				// The client went away or was too slow: nobody to answer.
@@ -181,15 +183,20 @@ func isTimeout(err error) bool {
 // with unread input makes the kernel send a reset, which can destroy the
 // answer before the client read it; so the write side is shut first and
 // the input drained for a bounded time and size (as net/http's server does).
+// An upload is drained for longer than a flood of header bytes.
 const (
-	lingerTime  = 2 * time.Second
-	lingerBytes = 4 << 20
+	lingerTime      = 2 * time.Second
+	lingerBytes     = 64 << 20
+	lingerHeadTime  = 500 * time.Millisecond
+	lingerHeadBytes = 256 << 10
 )
 
-func lingerClose(c *Conn) {
+func lingerClose(c *Conn) { lingerFor(c, lingerTime, lingerBytes) }
+
+func lingerFor(c *Conn, d time.Duration, n int64) {
 	c.TCPConn.CloseWrite()
-	c.SetReadDeadline(time.Now().Add(lingerTime))
-	io.CopyN(io.Discard, c.TCPConn, lingerBytes)
+	c.SetReadDeadline(time.Now().Add(d))
+	io.CopyN(io.Discard, c.TCPConn, n)
 }
 
 // hasBody reports whether the request carries a body the client will send.

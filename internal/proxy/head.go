@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 )
 
 // Request heads (SPEC §7.2): a head may take at most max_header_bytes
@@ -18,6 +19,10 @@ import (
 var (
 	errHeaderTooLarge = errors.New("request header too large")
 	errTooManyHeaders = errors.New("too many request header fields")
+	// errBadFieldName: a header field name that is not a token, such as
+	// "Transfer-Encoding " before its colon (RFC 9112 §5.1) or an obs-fold
+	// continuation line; net/textproto would accept some of them.
+	errBadFieldName = errors.New("malformed header field name")
 )
 
 // headScanner sits between a client socket and the connection's
@@ -35,6 +40,7 @@ type headScanner struct {
 	lines   int  // complete lines so far (the request line included)
 	cur     int  // bytes of the current line so far (CR included)
 	prefix  [5]byte
+	inName  bool   // the current header line's field name is being read
 	inHost  bool   // the current line is a Host line
 	host    []byte // the Host line's bytes after "host:" (first Host line only)
 	gotHost bool
@@ -43,7 +49,7 @@ type headScanner struct {
 
 // begin starts watching a new head; pre are bytes of it already buffered.
 func (s *headScanner) begin(pre []byte) error {
-	s.active, s.n, s.lines, s.cur, s.inHost, s.gotHost, s.err = true, 0, 0, 0, false, false, nil
+	s.active, s.n, s.lines, s.cur, s.inHost, s.inName, s.gotHost, s.err = true, 0, 0, 0, false, false, false, nil
 	s.host = s.host[:0]
 	if cap(s.host) > 1024 {
 		s.host = nil
@@ -69,12 +75,11 @@ func (s *headScanner) Read(p []byte) (int, error) {
 	}
 	n, err := s.r.Read(p)
 	if s.active && n > 0 {
-		s.scan(p[:n])
-		if s.err != nil {
-			// The bytes read are still handed on: the head's end may lie
-			// before the limit was crossed (body bytes read with it). The
-			// next read fails.
-			return n, nil
+		// scan stops at the head's end, so a limit crossed means the head
+		// itself is too large: the read fails (the bytes are dropped, the
+		// connection is answered and closed).
+		if s.scan(p[:n]); s.err != nil {
+			return 0, s.err
 		}
 	}
 	return n, err
@@ -92,6 +97,15 @@ func (s *headScanner) scan(b []byte) {
 		if s.n += len(seg); s.n > s.maxBytes {
 			s.err = errHeaderTooLarge
 			return
+		}
+		if s.lines > 0 && s.cur == 0 {
+			s.inName = true
+		}
+		if s.inName {
+			s.checkName(seg)
+			if s.err != nil {
+				return
+			}
 		}
 		// The first bytes of the line decide whether it is a Host line.
 		l := len(seg)
@@ -126,6 +140,37 @@ func (s *headScanner) scan(b []byte) {
 			return
 		}
 	}
+}
+
+// checkName checks the field-name bytes at the start of seg (a header
+// line, possibly continued from the previous read).
+func (s *headScanner) checkName(seg []byte) {
+	for i, c := range seg {
+		switch {
+		case c == ':':
+			s.inName = false
+			if s.cur == 0 && i == 0 {
+				s.err = errBadFieldName // empty name
+			}
+			return
+		case c == '\r' || c == '\n':
+			// The empty line that ends the head, or a line without a
+			// colon (the parser refuses it).
+			s.inName = false
+			return
+		case !isTokenByte(c):
+			s.err = errBadFieldName
+			return
+		}
+	}
+}
+
+// isTokenByte reports whether c may appear in an RFC 9110 token.
+func isTokenByte(c byte) bool {
+	if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 func asciiEqualFold(b []byte, lower string) bool {
