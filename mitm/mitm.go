@@ -221,8 +221,11 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 	for {
 		tc.SetReadDeadline(time.Now().Add(idle))
 		pre, _ := br.Peek(br.Buffered())
-		lim.begin(pre)
-		req, err := http.ReadRequest(br)
+		var req *http.Request
+		err := lim.begin(pre)
+		if err == nil {
+			req, err = http.ReadRequest(br)
+		}
 		lim.active = false
 		if err != nil {
 			switch {
@@ -256,12 +259,25 @@ type headLimit struct {
 	r                  io.Reader
 	maxBytes, maxLines int
 	active             bool
+	inName             bool
+	bad                bool // a field name that is not a token
 	n, lines, cur      int
 }
 
-func (l *headLimit) begin(pre []byte) {
-	l.active, l.n, l.lines, l.cur = true, 0, 0, 0
-	l.scan(pre)
+// begin starts a head; pre are its bytes already buffered.
+func (l *headLimit) begin(pre []byte) error {
+	l.active, l.n, l.lines, l.cur, l.inName, l.bad = true, 0, 0, 0, false, false
+	if !l.scan(pre) {
+		return l.failure()
+	}
+	return nil
+}
+
+func (l *headLimit) failure() error {
+	if l.bad {
+		return errBadFieldName
+	}
+	return errHeadTooLarge
 }
 
 func (l *headLimit) scan(b []byte) bool {
@@ -272,6 +288,24 @@ func (l *headLimit) scan(b []byte) bool {
 		l.n++
 		if l.n > l.maxBytes || l.lines > l.maxLines+1 {
 			return false
+		}
+		if l.lines > 0 && l.cur == 0 {
+			l.inName = c != '\r' && c != '\n'
+			if l.inName && c == ':' {
+				l.bad = true // empty field name
+				return false
+			}
+		}
+		if l.inName {
+			switch {
+			case c == ':', c == '\r', c == '\n':
+				l.inName = false
+			case !isTokenByte(c):
+				// "Transfer-Encoding : chunked", an obs-fold line:
+				// RFC 9112 §5.1 asks for a 400.
+				l.bad = true
+				return false
+			}
 		}
 		if c != '\n' {
 			l.cur++
@@ -290,9 +324,19 @@ func (l *headLimit) scan(b []byte) bool {
 func (l *headLimit) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
 	if l.active && n > 0 && !l.scan(p[:n]) {
-		return 0, errHeadTooLarge
+		return 0, l.failure()
 	}
 	return n, err
+}
+
+var errBadFieldName = errors.New("mitm: malformed header field name")
+
+// isTokenByte reports whether c may appear in an RFC 9110 token.
+func isTokenByte(c byte) bool {
+	if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // serveOne answers one inner request and reports whether the connection

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha1"
+	"crypto/tls"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -192,7 +193,11 @@ func TestSlowContentLengthResponseIsFlushed(t *testing.T) {
 // wsServer is an echo WebSocket server (RFC 6455, text frames up to 125
 // bytes) that also counts the handshakes it saw with Upgrade intact.
 func wsServer(t *testing.T, upgrades *atomic.Int64) int {
-	return httpServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return httpServer(t, wsEchoHandler(upgrades))
+}
+
+func wsEchoHandler(upgrades *atomic.Int64) http.HandlerFunc {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") || !strings.Contains(strings.ToLower(r.Header.Get("Connection")), "upgrade") {
 			http.Error(w, "not a websocket handshake", http.StatusBadRequest)
 			return
@@ -224,7 +229,7 @@ func wsServer(t *testing.T, upgrades *atomic.Int64) int {
 			brw.Write(append([]byte{0x81, byte(n)}, payload...))
 			brw.Flush()
 		}
-	}))
+	})
 }
 
 // wsHandshake sends a WebSocket handshake for target on c (absolute-form
@@ -653,5 +658,132 @@ func TestSpaceBeforeColonIs400(t *testing.T) {
 	}
 	if up.Hits() != hits {
 		t.Fatal("the request reached the upstream")
+	}
+}
+
+// mitmFixture starts a limited-mode proxy with MITM in front of a TLS
+// upstream serving a WebSocket echo on /ws and a rogue 101 (never asked
+// for, connection held open) on every other path.
+func mitmFixture(t *testing.T) (*Proxy, int, *atomic.Int64) {
+	t.Helper()
+	var upgrades atomic.Int64
+	ws := wsEchoHandler(&upgrades)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ws" {
+			ws(w, r)
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		brw.Flush()
+		c.SetReadDeadline(time.Now().Add(time.Minute))
+		io.Copy(io.Discard, c)
+		time.Sleep(time.Minute)
+	})}
+	tln := tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}, NextProtos: []string{"http/1.1"}})
+	go srv.Serve(tln)
+	t.Cleanup(func() { srv.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	cfg := StdConfig()
+	cfg.Mode = "limited"
+	cfg.Extra = "[mitm]\nenabled = true\nca_cert = \"ca.pem\"\nca_key = \"ca-key.pem\"\nupstream_ca = \"upstream.pem\"\n"
+	p := WriteProxyConfig(t, cfg)
+	writeMITMFiles(t, p.Dir, &Upstream{Port: port, TLS: true})
+	p.Start(t)
+	return p, port, &upgrades
+}
+
+// mitmConn opens an intercepted TLS session to up.test:port.
+func mitmConn(t *testing.T, p *Proxy, port int) *tls.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", p.HTTP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "CONNECT up.test:%d HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", port, port)
+	br := bufio.NewReader(c)
+	if h := readHead(br); len(h) == 0 || !strings.Contains(h[0], " 200") {
+		c.Close()
+		t.Fatalf("CONNECT: %q", h)
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: "up.test", InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := tc.Handshake(); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	tc.SetDeadline(time.Time{})
+	return tc
+}
+
+// Items 3, 8 and 9 inside MITM: a wss:// handshake is relayed and spliced;
+// a 101 nobody asked for is a 502 and frees the slot when the client
+// leaves; "Transfer-Encoding :" is a 400; a head beyond the limits a 431.
+func TestMITMUpgradeSlotsAndMalformedHeads(t *testing.T) {
+	p, port, upgrades := mitmFixture(t)
+
+	tc := mitmConn(t, p, port)
+	br, status := wsHandshake(tc, "up.test", port, false)
+	if br == nil {
+		t.Fatalf("wss handshake inside MITM: %q (upstream saw %d upgrades)", status, upgrades.Load())
+	}
+	if got, err := wsEcho(tc, br, "inside mitm"); err != nil || got != "inside mitm" {
+		t.Fatalf("echo inside MITM: %q %v", got, err)
+	}
+	tc.Close()
+
+	var wg sync.WaitGroup
+	var got502 atomic.Int64
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tc := mitmConn(t, p, port)
+			defer tc.Close()
+			fmt.Fprintf(tc, "GET /rogue HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", port)
+			tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+			line, _ := bufio.NewReader(tc).ReadString('\n')
+			if strings.HasPrefix(line, "HTTP/1.1 502") {
+				got502.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if got502.Load() != 50 {
+		t.Fatalf("%d of 50 unrequested 101s were answered 502", got502.Load())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v := metricValue(t, p, "netproxy_connections_active", `{listener="http"}`)
+		if v == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connections_active{http} = %v after every MITM client left", v)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	for _, c := range []struct{ head, want string }{
+		{fmt.Sprintf("GET /x HTTP/1.1\r\nHost: up.test:%d\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n", port), "HTTP/1.1 400"},
+		{fmt.Sprintf("GET /x HTTP/1.1\r\nHost: up.test:%d\r\n%s\r\n", port, strings.Repeat("h:\r\n", 200)), "HTTP/1.1 431"},
+		{fmt.Sprintf("GET /x HTTP/1.1\r\nHost: up.test:%d\r\nX: %s\r\n\r\n", port, strings.Repeat("a", 70<<10)), "HTTP/1.1 431"},
+	} {
+		tc := mitmConn(t, p, port)
+		io.WriteString(tc, c.head)
+		tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, _ := bufio.NewReader(tc).ReadString('\n')
+		tc.Close()
+		if !strings.HasPrefix(line, c.want) {
+			t.Fatalf("inside MITM %q…: %q, want %s", c.head[:40], line, c.want)
+		}
 	}
 }
