@@ -95,7 +95,7 @@ func (h *HTTPProxy) ServeConn(ctx context.Context, c *Conn) {
 	// writer are reused by every request instead of allocated per request.
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pc := &plainConn{ctx: cctx, c: c, br: br, bw: bw, watch: newConnWatch(c, cancel)}
+	pc := newPlainConn(cctx, c, br, bw, cancel)
 	defer pc.watch.timer.Stop()
 	for first := true; ; first = false {
 		if !first {
@@ -212,6 +212,23 @@ type plainConn struct {
 	bw    *bufio.Writer
 	watch *connWatch
 	rw    respWriter
+	// Made once per connection, used by every request: stop a body read
+	// in progress, and relay a 1xx answer.
+	cutBody        func()
+	on1xx          func(code int, h http.Header)
+	clientContinue bool // the current request sent Expect: 100-continue
+}
+
+func newPlainConn(ctx context.Context, c *Conn, br *bufio.Reader, bw *bufio.Writer, cancel context.CancelFunc) *plainConn {
+	pc := &plainConn{ctx: ctx, c: c, br: br, bw: bw, watch: newConnWatch(c, cancel)}
+	pc.cutBody = func() { c.SetReadDeadline(time.Now()) }
+	pc.on1xx = func(code int, h http.Header) {
+		if code == http.StatusContinue && !pc.clientContinue {
+			return
+		}
+		pc.rw.writeInformational(code, h)
+	}
+	return pc
 }
 
 // servePlain checks one absolute-form (or origin-form with Host) request,

@@ -48,7 +48,7 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 	}()
 	upType := upgradeType(req.Header)
 	wantTrailers := headerHasToken(req.Header, "Te", "trailers")
-	clientContinue := expectsContinue(req)
+	pc.clientContinue = expectsContinue(req)
 	req.URL.Scheme = "http"
 	req.URL.Host = authority
 	req.Host = authority
@@ -83,17 +83,12 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 	}
 	rw := &pc.rw
 	*rw = respWriter{bw: bw, req: req, closeAfter: req.Close}
-	o := exchangeOpts{upgrade: upType, cutBody: func() { c.SetReadDeadline(time.Now()) }}
+	o := exchangeOpts{upgrade: upType, cutBody: pc.cutBody}
 	if watching {
 		o.intr = pc.watch
 	}
 	if req.ProtoAtLeast(1, 1) {
-		o.on1xx = func(code int, hdr http.Header) {
-			if code == http.StatusContinue && !clientContinue {
-				return
-			}
-			rw.writeInformational(code, hdr)
-		}
+		o.on1xx = pc.on1xx
 	}
 	resp, err := h.pool.roundTrip(pc.ctx, req, t, o)
 	if sent != nil {
@@ -133,7 +128,7 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 	h.core.Meter.Bytes("down", string(hostpolicy.ProtoHTTP), rw.written)
 	keep := !rw.closeAfter && rw.err == nil
 	rw.req, rw.header, rw.trailer = nil, nil, nil // nothing of this request stays reachable
-	if body && (pb == nil || !pb.bodySent) {
+	if body && (pb == nil || pb.body == nil || !pb.body.sent) {
 		// The upstream answered before the whole body arrived: the
 		// stream is out of step. Let the client read the answer.
 		lingerClose(c)

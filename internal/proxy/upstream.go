@@ -64,6 +64,36 @@ type upConn struct {
 	key      string
 	since    time.Time
 	deadline bool // a deadline was set since the connection was pooled
+	// The idle check's parts, made once per connection.
+	raw   syscall.RawConn
+	peek  func(fd uintptr) bool
+	dirty bool
+}
+
+// idleDirty reports whether an idle upstream connection has bytes or an
+// end queued (checked without blocking). Either makes it unusable: an
+// unsolicited response would otherwise become the next request's answer.
+func (uc *upConn) idleDirty() bool {
+	if uc.raw == nil {
+		sc, ok := uc.c.(syscall.Conn)
+		if !ok {
+			return false
+		}
+		raw, err := sc.SyscallConn()
+		if err != nil {
+			return true
+		}
+		uc.raw = raw
+		uc.peek = func(fd uintptr) bool {
+			var b [1]byte
+			n, _, e := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			uc.dirty = !(e == unix.EAGAIN || e == unix.EINTR) || n > 0
+			return true
+		}
+	}
+	uc.dirty = false
+	err := uc.raw.Read(uc.peek)
+	return uc.dirty || err != nil
 }
 
 func newUpstreamPool(d *Dialer, _ int) *upstreamPool {
@@ -245,8 +275,11 @@ func (p *upstreamPool) exchange(ctx context.Context, uc *upConn, req *http.Reque
 		}
 		break
 	}
-	resp.Body = &pooledBody{rc: resp.Body, uc: uc, pool: p, reuse: !resp.Close && !req.Close, stop: stop,
-		wrote: wrote, cutBody: o.cutBody}
+	pb := &pooledBody{rc: resp.Body, uc: uc, pool: p, reuse: !resp.Close && !req.Close, stop: stop}
+	if wrote != nil {
+		pb.body = &bodyWriter{wrote: wrote, cutBody: o.cutBody}
+	}
+	resp.Body = pb
 	return resp, nil
 }
 
@@ -413,11 +446,16 @@ type pooledBody struct {
 	eof   bool
 	done  bool
 	stop  func() bool
-	// The request body's writer (nil: no body) and how to stop it.
+	// The request body's writer (nil: no body).
+	body *bodyWriter
+}
+
+// bodyWriter is a request body's writer goroutine and how to stop it.
+type bodyWriter struct {
 	wrote   chan error
 	cutBody func()
-	// bodySent is set by Close: the whole request body went upstream.
-	bodySent bool
+	// sent is set by Close: the whole request body went upstream.
+	sent bool
 }
 
 func (b *pooledBody) Read(p []byte) (int, error) {
@@ -434,9 +472,9 @@ func (b *pooledBody) Close() error {
 	}
 	b.done = true
 	b.rc.Close()
-	if b.wrote != nil {
-		b.bodySent = b.waitBody()
-		if !b.bodySent {
+	if b.body != nil {
+		b.body.sent = b.waitBody()
+		if !b.body.sent {
 			b.reuse = false
 		}
 	}
@@ -461,46 +499,25 @@ const bodyGrace = time.Second
 // whole body was sent. A writer still running after bodyGrace (the client
 // is still sending, or the upstream stopped reading) is cut.
 func (b *pooledBody) waitBody() bool {
+	w := b.body
 	select {
-	case err := <-b.wrote:
+	case err := <-w.wrote:
 		return err == nil
 	default:
 	}
 	t := time.NewTimer(bodyGrace)
 	defer t.Stop()
 	select {
-	case err := <-b.wrote:
+	case err := <-w.wrote:
 		return err == nil
 	case <-t.C:
 	}
 	b.uc.c.Close()
-	if b.cutBody != nil {
-		b.cutBody()
+	if w.cutBody != nil {
+		w.cutBody()
 	}
-	<-b.wrote
+	<-w.wrote
 	return false
-}
-
-// idleDirty reports whether an idle upstream connection has bytes or an
-// end queued (checked without blocking). Either makes it unusable: an
-// unsolicited response would otherwise become the next request's answer.
-func idleDirty(c net.Conn) bool {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return true
-	}
-	dirty := false
-	err = raw.Read(func(fd uintptr) bool {
-		var b [1]byte
-		n, _, e := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		dirty = !(e == unix.EAGAIN || e == unix.EINTR) || n > 0
-		return true
-	})
-	return dirty || err != nil
 }
 
 func (p *upstreamPool) get(key string) (*upConn, bool) {
@@ -511,7 +528,7 @@ func (p *upstreamPool) get(key string) (*upConn, bool) {
 		uc := list[len(list)-1]
 		list = list[:len(list)-1]
 		p.total--
-		if time.Since(uc.since) < p.idleFor && !idleDirty(uc.c) {
+		if time.Since(uc.since) < p.idleFor && !uc.idleDirty() {
 			p.idle[key] = list
 			return uc, true
 		}
