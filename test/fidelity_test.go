@@ -482,12 +482,21 @@ func TestIdleUpstreamWithQueuedResponseIsNotReused(t *testing.T) {
 	})
 	p := StartProxy(t, StdConfig())
 	for i := 0; i < 5; i++ {
-		resp, err := p.HTTPClient(false).Get(fmt.Sprintf("http://up.test:%d/n%d", port, i))
+		// Each request from a new client connection, keep-alive (no
+		// Connection: close), so the proxy pools the upstream connection.
+		c, err := net.Dial("tcp", p.HTTP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET http://up.test:%d/n%d HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", port, i, port)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		c.Close()
 		if string(body) != "ok" {
 			t.Fatalf("request %d got %q: another request's queued response", i, body)
 		}
