@@ -7,6 +7,7 @@ set -u
 FUZZTIME=${FUZZTIME:-10m}
 JOBS=${JOBS:-2}
 LOG=${LOG:-fuzz-results.txt}
+LOGDIR=${LOGDIR:-}
 cd "$(dirname "$0")/.."
 if [ $# -gt 0 ]; then
   targets=("$@")
@@ -25,6 +26,10 @@ run_one() {
   local last
   last=$(printf '%s\n' "$out" | grep -E 'elapsed|^ok|FAIL|failing input' | tail -2 | tr '\n' ' ')
   echo "$start $pkg $name rc=$rc $last" >>"$LOG"
+  if [ -n "$LOGDIR" ]; then
+    mkdir -p "$LOGDIR"
+    printf '%s\n' "$out" >"$LOGDIR/$(echo "$pkg" | tr '/.' '__')-$name.log"
+  fi
 }
 i=0
 for t in "${targets[@]}"; do

@@ -84,6 +84,11 @@ func ParsePattern(raw string) (Pattern, error) {
 	if err != nil {
 		return Pattern{}, fmt.Errorf("invalid glob pattern %q: %v", clip(raw), err)
 	}
+	if prefix == "" && glob == "*" {
+		// "*" in another spelling (e.g. "*:0", the port dropped): the
+		// global wildcard, so that its canonical text parses back to it.
+		return Pattern{Kind: All, Text: "*"}, nil
+	}
 	p := Pattern{Kind: Glob, Text: prefix + glob}
 	switch prefix {
 	case "**.":
