@@ -115,8 +115,15 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 	}
 	rw.header = resp.Header
 	rw.trailer = resp.Trailer
-	rw.WriteHeader(resp.StatusCode)
 	pb, _ := resp.Body.(*pooledBody)
+	if body && pb != nil && pb.body != nil && !pb.body.poll(bodySettle) {
+		// The upstream answers while the request body is still going up
+		// (or before it was read): the connection cannot carry another
+		// request in step, so the answer says it closes, as net/http's
+		// server does for a handler that left its body unread.
+		rw.closeAfter = true
+	}
+	rw.WriteHeader(resp.StatusCode)
 	rw.copyBody(resp.Body, pb)
 	resp.Body.Close()
 	if watching {
@@ -203,6 +210,10 @@ func (h *HTTPProxy) splice(pc *plainConn, resp *http.Response, d hostpolicy.Deci
 	}()
 	return connTaken
 }
+
+// bodySettle is how long an answer waits for the request body's writer to
+// report before it is sent with Connection: close.
+const bodySettle = 20 * time.Millisecond
 
 // upgradeGrace is how long an upgraded connection stays open after one
 // side ended it: a client that left must not hold its slot for as long as

@@ -454,8 +454,36 @@ type pooledBody struct {
 type bodyWriter struct {
 	wrote   chan error
 	cutBody func()
+	// finished and err: the writer's result, once received from wrote.
+	finished bool
+	err      error
 	// sent is set by Close: the whole request body went upstream.
 	sent bool
+}
+
+// poll reports whether the writer has finished, waiting up to d.
+func (w *bodyWriter) poll(d time.Duration) bool {
+	if w.finished {
+		return true
+	}
+	select {
+	case w.err = <-w.wrote:
+		w.finished = true
+		return true
+	default:
+	}
+	if d <= 0 {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case w.err = <-w.wrote:
+		w.finished = true
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 func (b *pooledBody) Read(p []byte) (int, error) {
@@ -500,23 +528,15 @@ const bodyGrace = time.Second
 // is still sending, or the upstream stopped reading) is cut.
 func (b *pooledBody) waitBody() bool {
 	w := b.body
-	select {
-	case err := <-w.wrote:
-		return err == nil
-	default:
-	}
-	t := time.NewTimer(bodyGrace)
-	defer t.Stop()
-	select {
-	case err := <-w.wrote:
-		return err == nil
-	case <-t.C:
+	if w.poll(bodyGrace) {
+		return w.err == nil
 	}
 	b.uc.c.Close()
 	if w.cutBody != nil {
 		w.cutBody()
 	}
-	<-w.wrote
+	w.err = <-w.wrote
+	w.finished = true
 	return false
 }
 

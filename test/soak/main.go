@@ -171,8 +171,10 @@ func (s *stats) okSlow() { s.ops.Add(1) }
 func (s *stats) fail(kind *atomic.Int64, role, msg string) {
 	kind.Add(1)
 	s.mu.Lock()
-	if len(s.firstErrs) < 20 {
-		s.firstErrs = append(s.firstErrs, fmt.Sprintf("%s %s: %s", time.Now().Format("15:04:05"), role, msg))
+	if len(s.firstErrs) < 50 {
+		m := fmt.Sprintf("%s %s: %s", time.Now().Format("15:04:05"), role, msg)
+		s.firstErrs = append(s.firstErrs, m)
+		fmt.Println("  error:", m)
 	}
 	s.mu.Unlock()
 }
@@ -311,9 +313,6 @@ func run(o options) error {
 // judge applies the pass criteria to the samples.
 func judge(o options, samples []sample, st *stats) error {
 	var errs []string
-	for _, m := range st.firstErrs {
-		fmt.Println("  error:", m)
-	}
 	last := samples[len(samples)-1]
 	if last.lost > 0 || last.corrupt > 0 {
 		errs = append(errs, fmt.Sprintf("%d lost and %d corrupted responses", last.lost, last.corrupt))
@@ -514,7 +513,7 @@ func keepAlive(e *env, role string) {
 			continue
 		}
 		br := bufio.NewReader(c)
-		for i := 0; i < 50 && e.pause(); i++ {
+		for i := 0; i < 50 && (i == 0 || e.pause()); i++ { // the first at once: a silent new connection is cut after header_timeout
 			n, seed := rand.IntN(64<<10), rand.Uint64()
 			start := time.Now()
 			c.SetDeadline(time.Now().Add(opTimeout))
@@ -553,7 +552,7 @@ func upload(e *env, role string) {
 			continue
 		}
 		br := bufio.NewReader(c)
-		for i := 0; i < 20 && e.pause(); i++ {
+		for i := 0; i < 20 && (i == 0 || e.pause()); i++ { // the first at once: a silent new connection is cut after header_timeout
 			body := blob(rand.IntN(256<<10), rand.Uint64())
 			start := time.Now()
 			c.SetDeadline(time.Now().Add(opTimeout))
@@ -592,7 +591,7 @@ func tunnel(e *env, role string) {
 			continue
 		}
 		buf := make([]byte, 16<<10)
-		for i := 0; i < 30 && e.pause(); i++ {
+		for i := 0; i < 30 && (i == 0 || e.pause()); i++ { // the first at once: a silent new connection is cut after header_timeout
 			msg := blob(1+rand.IntN(16<<10), rand.Uint64())
 			start := time.Now()
 			c.SetDeadline(time.Now().Add(opTimeout))
@@ -664,7 +663,7 @@ func blocked(e *env, role string) {
 			continue
 		}
 		br := bufio.NewReader(c)
-		for i := 0; i < 50 && e.pause(); i++ {
+		for i := 0; i < 50 && (i == 0 || e.pause()); i++ { // the first at once: a silent new connection is cut after header_timeout
 			start := time.Now()
 			c.SetDeadline(time.Now().Add(opTimeout))
 			io.WriteString(c, "GET http://denied.test/x?q=1 HTTP/1.1\r\nHost: denied.test\r\n\r\n")
