@@ -227,6 +227,10 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 			req, err = http.ReadRequest(br)
 		}
 		lim.active = false
+		if lim.failed {
+			// The parser may report the cut line in its own words.
+			err = lim.failure()
+		}
 		if err != nil {
 			switch {
 			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, io.ErrUnexpectedEOF):
@@ -261,12 +265,13 @@ type headLimit struct {
 	active             bool
 	inName             bool
 	bad                bool // a field name that is not a token
+	failed             bool // a read failed on a limit or a bad name
 	n, lines, cur      int
 }
 
 // begin starts a head; pre are its bytes already buffered.
 func (l *headLimit) begin(pre []byte) error {
-	l.active, l.n, l.lines, l.cur, l.inName, l.bad = true, 0, 0, 0, false, false
+	l.active, l.n, l.lines, l.cur, l.inName, l.bad, l.failed = true, 0, 0, 0, false, false, false
 	if !l.scan(pre) {
 		return l.failure()
 	}
@@ -324,6 +329,7 @@ func (l *headLimit) scan(b []byte) bool {
 func (l *headLimit) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
 	if l.active && n > 0 && !l.scan(p[:n]) {
+		l.failed = true
 		return 0, l.failure()
 	}
 	return n, err

@@ -118,7 +118,7 @@ func (h *HTTPProxy) ServeConn(ctx context.Context, c *Conn) {
 		if err == nil {
 			req, err = http.ReadRequest(br)
 		}
-		sc.end()
+		err = sc.end(err)
 		if err != nil {
 			switch {
 			case errors.Is(err, errHeaderTooLarge):

@@ -58,8 +58,16 @@ func (s *headScanner) begin(pre []byte) error {
 	return s.err
 }
 
-// end stops watching (the head was parsed, or the connection is done).
-func (s *headScanner) end() { s.active = false }
+// end stops watching (the head was parsed, or the connection is done) and
+// returns the head's error: the scanner's own when it failed a read (the
+// parser then reports a cut line in its own words), else err.
+func (s *headScanner) end(err error) error {
+	s.active = false
+	if s.err != nil {
+		return s.err
+	}
+	return err
+}
 
 // hostValue is the head's raw Host header value ("" when absent).
 func (s *headScanner) hostValue() string {
