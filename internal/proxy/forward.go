@@ -213,7 +213,7 @@ func (h *HTTPProxy) splice(pc *plainConn, resp *http.Response, d hostpolicy.Deci
 
 // bodySettle is how long an answer waits for the request body's writer to
 // report before it is sent with Connection: close.
-const bodySettle = 20 * time.Millisecond
+const bodySettle = 50 * time.Millisecond
 
 // upgradeGrace is how long an upgraded connection stays open after one
 // side ended it: a client that left must not hold its slot for as long as

@@ -535,6 +535,9 @@ func keepAlive(e *env, role string) {
 				break
 			}
 			e.st.ok(time.Since(start))
+			if resp.Close {
+				break // the proxy said it closes: a new connection
+			}
 		}
 		c.Close()
 	}
@@ -574,6 +577,9 @@ func upload(e *env, role string) {
 				break
 			}
 			e.st.ok(time.Since(start))
+			if resp.Close {
+				break // the proxy said it closes: a new connection
+			}
 		}
 		c.Close()
 	}
@@ -679,6 +685,9 @@ func blocked(e *env, role string) {
 				break
 			}
 			e.st.ok(time.Since(start))
+			if resp.Close {
+				break // the proxy said it closes: a new connection
+			}
 		}
 		c.Close()
 	}
