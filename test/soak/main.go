@@ -155,6 +155,7 @@ type stats struct {
 	mu                 sync.Mutex
 	lat                []time.Duration // this window's
 	firstErrs          []string
+	byRole             map[string]int
 }
 
 func (s *stats) ok(d time.Duration) {
@@ -171,6 +172,14 @@ func (s *stats) okSlow() { s.ops.Add(1) }
 func (s *stats) fail(kind *atomic.Int64, role, msg string) {
 	kind.Add(1)
 	s.mu.Lock()
+	if s.byRole == nil {
+		s.byRole = map[string]int{}
+	}
+	k := role + " corrupt"
+	if kind == &s.lost {
+		k = role + " lost"
+	}
+	s.byRole[k]++
 	if len(s.firstErrs) < 50 {
 		m := fmt.Sprintf("%s %s: %s", time.Now().Format("15:04:05"), role, msg)
 		s.firstErrs = append(s.firstErrs, m)
@@ -364,6 +373,11 @@ func judge(o options, samples []sample, st *stats) error {
 		}
 	}
 	fmt.Printf("soak: %d operations, %d lost, %d corrupted\n", last.ops, last.lost, last.corrupt)
+	st.mu.Lock()
+	for k, n := range st.byRole {
+		fmt.Printf("soak:   %s: %d\n", k, n)
+	}
+	st.mu.Unlock()
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "; "))
 	}
@@ -429,7 +443,7 @@ path = %q
 level = "warn"
 [limits]
 max_connections = %d
-header_timeout = "10s"
+header_timeout = "30s"
 idle_timeout = "1m"
 `, np.http, np.socks, np.admin, filepath.Join(dir, "control.sock"), filepath.Join(dir, "audit.jsonl"), conns+conns/10+100)
 	path := filepath.Join(dir, "netproxy.toml")
