@@ -19,7 +19,7 @@
 // Every 10 s it prints netproxy's RSS, open descriptors and goroutines and
 // the window's operations, errors and p99 latency. It fails on growth of
 // any of the three after the warm-up, on any lost or corrupted response,
-// and on a p99 latency blow-up. It must never need the network beyond
+// and on a sustained p99 latency blow-up. It must never need the network beyond
 // loopback.
 package main
 
@@ -364,10 +364,18 @@ func judge(o options, samples []sample, st *stats) error {
 		if len(warm) > 0 {
 			slices.Sort(warm)
 			ref := warm[len(warm)/2]
+			// A blow-up is sustained: three windows in a row beyond 10×
+			// the warm-up's median p99 (and beyond 1 s). One window can be
+			// another job's burst on a shared machine.
+			run := 0
 			for _, s := range samples[wi+1:] {
 				if s.windowOps > 0 && s.p99 > 10*ref && s.p99 > time.Second {
-					errs = append(errs, fmt.Sprintf("p99 %v at %v against %v during the warm-up", s.p99, s.at, ref))
-					break
+					if run++; run == 3 {
+						errs = append(errs, fmt.Sprintf("p99 %v at %v (three windows running) against %v during the warm-up", s.p99, s.at, ref))
+						break
+					}
+				} else {
+					run = 0
 				}
 			}
 		}
