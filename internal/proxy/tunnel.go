@@ -63,9 +63,10 @@ func (t *Tunnel) Run() {
 		}
 	}
 	var wg sync.WaitGroup
-	var once sync.Once
-	ended := func() {
-		if t.HalfCloseGrace > 0 {
+	var ended func() // nil unless HalfCloseGrace: CONNECT tunnels pay nothing
+	if t.HalfCloseGrace > 0 {
+		var once sync.Once
+		ended = func() {
 			once.Do(func() {
 				time.AfterFunc(t.HalfCloseGrace, func() {
 					t.Client.Close()
@@ -78,10 +79,14 @@ func (t *Tunnel) Run() {
 	go func() {
 		defer wg.Done()
 		t.pipe(t.Upstream, t.Client, "up")
-		ended()
+		if ended != nil {
+			ended()
+		}
 	}()
 	t.pipe(t.Client, t.Upstream, "down")
-	ended()
+	if ended != nil {
+		ended()
+	}
 	wg.Wait()
 }
 
