@@ -154,6 +154,7 @@ func (p Pattern) Match(h string) bool {
 // normalizeGlob lowercases a glob, drops a ":port" and trailing dots, and
 // converts Unicode labels without wildcards to A-labels.
 func normalizeGlob(s string) (string, error) {
+	s = strings.TrimRight(s, ".") // "*:0." has a port too
 	if strings.Count(s, ":") == 1 {
 		host, port, _ := strings.Cut(s, ":")
 		if allDigits(port) {
