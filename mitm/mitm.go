@@ -19,6 +19,8 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"os"
 	"strconv"
 	"strings"
@@ -372,6 +374,23 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 		sent = &countingReader{r: req.Body}
 		out.Body = sent
 	}
+	// 1xx answers (103 Early Hints; 100 Continue to a client that asked)
+	// are relayed as they arrive, as ReverseProxy's Got1xxResponse does.
+	// The trace runs while this goroutine waits in RoundTrip: bw has one
+	// writer at a time.
+	wantContinue := strings.EqualFold(req.Header.Get("Expect"), "100-continue")
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		if code == http.StatusContinue && !wantContinue {
+			return nil
+		}
+		hh := http.Header(h)
+		removeHopByHop(hh)
+		fmt.Fprintf(bw, "HTTP/1.1 %d %s\r\n", code, http.StatusText(code))
+		hh.Write(bw)
+		bw.WriteString("\r\n")
+		return bw.Flush()
+	}}
+	out = out.WithContext(httptrace.WithClientTrace(out.Context(), trace))
 	resp, err := tr.RoundTrip(out)
 	if err != nil {
 		return false, writeResponse(bw, req, TextResponse(req, http.StatusBadGateway, "upstream failure"), true)
@@ -389,9 +408,19 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	}
 	removeHopByHop(resp.Header)
 	cr := &countingReader{r: resp.Body}
-	resp.Body = cr
+	// The head goes out at once and each part of the body as it arrives
+	// (a slow Content-Length body too): what was written is flushed
+	// before every read of the upstream's body.
+	resp.Body = &flushBeforeRead{countingReader: cr, bw: bw}
 	closeAfter := req.Close || resp.Close
-	err = writeResponse(bw, req, resp, closeAfter)
+	resp.Request = req
+	resp.Close = closeAfter
+	// Through a plain io.Writer: bufio.Writer's ReadFrom would read the
+	// body into its own buffer, which the flush before each read empties.
+	err = resp.Write(struct{ io.Writer }{bw})
+	if err == nil {
+		err = bw.Flush()
+	}
 	if t.Bytes != nil {
 		t.Bytes("down", cr.n)
 		if sent != nil {
@@ -503,6 +532,21 @@ func removeHopByHop(h http.Header) {
 	for _, k := range hopByHop {
 		h.Del(k)
 	}
+}
+
+// flushBeforeRead flushes the client's writer before each body read.
+type flushBeforeRead struct {
+	*countingReader
+	bw *bufio.Writer
+}
+
+func (f *flushBeforeRead) Read(p []byte) (int, error) {
+	if f.bw.Buffered() > 0 {
+		if err := f.bw.Flush(); err != nil {
+			return 0, err
+		}
+	}
+	return f.countingReader.Read(p)
 }
 
 type countingReader struct {

@@ -682,8 +682,30 @@ func mitmFixture(t *testing.T) (*Proxy, int, *atomic.Int64) {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/ws" {
+		switch r.URL.Path {
+		case "/ws":
 			ws(w, r)
+			return
+		case "/slow":
+			w.Header().Set("Content-Length", "99")
+			w.WriteHeader(200)
+			for i := 0; i < 3; i++ {
+				w.(http.Flusher).Flush()
+				time.Sleep(400 * time.Millisecond)
+				w.Write(bytes.Repeat([]byte{'a' + byte(i)}, 33))
+			}
+			return
+		case "/hints":
+			w.Header().Set("Link", "</style.css>; rel=preload; as=style")
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Del("Link")
+			io.WriteString(w, "final")
+			return
+		case "/trailers":
+			w.Header().Set("Trailer", "Grpc-Status")
+			io.WriteString(w, "body")
+			w.(http.Flusher).Flush()
+			w.Header().Set("Grpc-Status", "0")
 			return
 		}
 		c, brw, err := http.NewResponseController(w).Hijack()
@@ -794,5 +816,56 @@ func TestMITMUpgradeSlotsAndMalformedHeads(t *testing.T) {
 		if !strings.HasPrefix(line, c.want) {
 			t.Fatalf("inside MITM %q…: %q, want %s", c.head[:40], line, c.want)
 		}
+	}
+}
+
+// Items 2 and 4 inside MITM: a slow Content-Length body is relayed as it
+// arrives, 103 Early Hints and trailers are relayed.
+func TestMITMStreamsEarlyHintsAndTrailers(t *testing.T) {
+	p, port, _ := mitmFixture(t)
+	tc := mitmConn(t, p, port)
+	defer tc.Close()
+	br := bufio.NewReader(tc)
+	start := time.Now()
+	fmt.Fprintf(tc, "GET /slow HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", port)
+	tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := time.Since(start)
+	var b [33]byte
+	if _, err := io.ReadFull(resp.Body, b[:]); err != nil || b[0] != 'a' {
+		t.Fatalf("first part %q %v", b, err)
+	}
+	first := time.Since(start)
+	io.Copy(io.Discard, resp.Body)
+	if head > 300*time.Millisecond || first > 800*time.Millisecond {
+		t.Fatalf("inside MITM the head came after %v and the first part after %v; the upstream sent them at once and after 400 ms", head, first)
+	}
+
+	fmt.Fprintf(tc, "GET /hints HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", port)
+	line, _ := br.ReadString('\n')
+	if !strings.HasPrefix(line, "HTTP/1.1 103") {
+		t.Fatalf("inside MITM: %q, want the 103 first", line)
+	}
+	readHead(br)
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(body) != "final" {
+		t.Fatalf("after the 103: %d %q", resp.StatusCode, body)
+	}
+
+	fmt.Fprintf(tc, "GET /trailers HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", port)
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	if string(body) != "body" || resp.Trailer.Get("Grpc-Status") != "0" {
+		t.Fatalf("trailers inside MITM: body %q trailer %v", body, resp.Trailer)
 	}
 }
