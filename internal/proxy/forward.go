@@ -101,9 +101,7 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 		return h.closeAfterAnswer(c, body)
 	case err != nil:
 		h.core.logger().Info("upstream failure", "host", d.Host, "error", scrubErr(err))
-		if rw.wroteHeader {
-			return connClose // an informational answer went out: no other
-		}
+		// (A relayed 1xx may have gone out: a final answer may follow it.)
 		writeSimpleFor(bw, req.Method, http.StatusBadGateway, "upstream failure")
 		return h.closeAfterAnswer(c, body)
 	case resp.StatusCode == http.StatusSwitchingProtocols:
