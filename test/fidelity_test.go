@@ -869,3 +869,42 @@ func TestMITMStreamsEarlyHintsAndTrailers(t *testing.T) {
 		t.Fatalf("trailers inside MITM: body %q trailer %v", body, resp.Trailer)
 	}
 }
+
+// The one forwarding path also carries bodies through the parent proxy:
+// an upload through network.upstream_proxy reaches the pinned address with
+// its body intact (absolute-form with the pinned address, Host the name).
+func TestUploadThroughParentProxy(t *testing.T) {
+	public := StartUpstream(t, false)
+	const pinned = "93.184.216.34"
+	parent := startTestParent(t, nil, map[string]string{pinned: fmt.Sprintf("127.0.0.1:%d", public.Port)}, "")
+	p := WriteProxyConfig(t, ProxyConfig{
+		Domains: [][2]string{{"rebind.test", "allow"}},
+		Hosts:   map[string][]string{"rebind.test": {pinned}},
+	})
+	withUpstreamProxy(t, p, parent.Addr)
+	p.Start(t)
+	body := make([]byte, 300<<10)
+	rand.Read(body)
+	for _, chunked := range []bool{false, true} {
+		var r io.Reader = bytes.NewReader(body)
+		if chunked {
+			r = io.MultiReader(r) // unknown length: sent chunked
+		}
+		req, _ := http.NewRequest("POST", fmt.Sprintf("http://rebind.test:%d/echo", public.Port), r)
+		resp, err := p.HTTPClient(false).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !bytes.Equal(got, body) {
+			t.Fatalf("upload through the parent (chunked %t): %d, %d of %d bytes back", chunked, resp.StatusCode, len(got), len(body))
+		}
+	}
+	targets, _ := parent.seen()
+	for _, tg := range targets {
+		if tg != fmt.Sprintf("%s:%d", pinned, public.Port) {
+			t.Fatalf("the parent was asked for %q", tg)
+		}
+	}
+}
