@@ -114,7 +114,7 @@ func bodyless(req *http.Request) bool {
 }
 
 // interrupter cuts a running upstream read when the client goes away (the
-// fast path's connWatch); without one, the request's context does.
+// connection's connWatch); without one, the request's context does.
 type interrupter interface {
 	// watchUpstream makes c's reads fail once the client has vanished
 	// (at once if it already has).
