@@ -22,6 +22,8 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"os"
 	"strconv"
 	"strings"
@@ -138,6 +140,10 @@ type Interceptor struct {
 	Authority *Authority
 	Roots     *x509.CertPool // upstream trust; never nil verification
 	Idle      time.Duration  // wait for the next inner request (0: 5m)
+	// MaxHeaderBytes and MaxHeaders bound one inner request head (SPEC
+	// §7.2; 0: 64 KiB and 100); beyond either the client gets a 431.
+	MaxHeaderBytes int
+	MaxHeaders     int
 }
 
 // Tunnel is one intercepted CONNECT.
@@ -196,14 +202,41 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 	if tc.ConnectionState().NegotiatedProtocol == "h2" {
 		return i.serveH2(ctx, t, tr, tc, idle)
 	}
-	br := bufio.NewReader(tc)
+	lim := &headLimit{r: tc, maxBytes: i.MaxHeaderBytes, maxLines: i.MaxHeaders}
+	if lim.maxBytes <= 0 {
+		lim.maxBytes = 64 << 10
+	}
+	if lim.maxLines <= 0 {
+		lim.maxLines = 100
+	}
+	br := bufio.NewReader(lim)
 	bw := bufio.NewWriter(tc)
 	for {
 		tc.SetReadDeadline(time.Now().Add(idle))
-		req, err := http.ReadRequest(br)
+		pre, _ := br.Peek(br.Buffered())
+		var req *http.Request
+		err := lim.begin(pre)
+		if err == nil {
+			req, err = http.ReadRequest(br)
+		}
+		lim.active = false
+		if lim.failed {
+			// The parser may report the cut line in its own words.
+			err = lim.failure()
+		}
 		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+			switch {
+			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, io.ErrUnexpectedEOF):
 				return nil
+			case errors.Is(err, errHeadTooLarge):
+				writeResponse(bw, nil, TextResponse(nil, http.StatusRequestHeaderFieldsTooLarge, "request header too large\n"), true)
+			default:
+				var ne net.Error
+				if !errors.As(err, &ne) {
+					// RFC 9112: a malformed head (e.g. "Transfer-Encoding :")
+					// is answered 400, never forwarded.
+					writeResponse(bw, nil, TextResponse(nil, http.StatusBadRequest, "malformed request\n"), true)
+				}
 			}
 			var ne net.Error
 			if errors.As(err, &ne) {
@@ -214,7 +247,7 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 			return errors.New("mitm: unreadable inner request")
 		}
 		tc.SetReadDeadline(time.Time{})
-		keep, err := i.serveOne(ctx, t, tr, bw, req)
+		keep, err := i.serveOne(ctx, t, tr, tc, br, bw, req)
 		if err != nil || !keep {
 			return err
 		}
@@ -261,9 +294,99 @@ func UpstreamFailure(host string, err error) string {
 	return "upstream failure"
 }
 
+var errHeadTooLarge = errors.New("mitm: request head beyond the limits")
+
+// headLimit counts the bytes and lines of an inner request head as they
+// pass from the TLS connection to the parser; it keeps no copy.
+type headLimit struct {
+	r                  io.Reader
+	maxBytes, maxLines int
+	active             bool
+	inName             bool
+	bad                bool // a field name that is not a token
+	failed             bool // a read failed on a limit or a bad name
+	n, lines, cur      int
+}
+
+// begin starts a head; pre are its bytes already buffered.
+func (l *headLimit) begin(pre []byte) error {
+	l.active, l.n, l.lines, l.cur, l.inName, l.bad, l.failed = true, 0, 0, 0, false, false, false
+	if !l.scan(pre) {
+		return l.failure()
+	}
+	return nil
+}
+
+func (l *headLimit) failure() error {
+	if l.bad {
+		return errBadFieldName
+	}
+	return errHeadTooLarge
+}
+
+func (l *headLimit) scan(b []byte) bool {
+	for _, c := range b {
+		if !l.active {
+			return true
+		}
+		l.n++
+		if l.n > l.maxBytes || l.lines > l.maxLines+1 {
+			return false
+		}
+		if l.lines > 0 && l.cur == 0 {
+			l.inName = c != '\r' && c != '\n'
+			if l.inName && c == ':' {
+				l.bad = true // empty field name
+				return false
+			}
+		}
+		if l.inName {
+			switch {
+			case c == ':', c == '\r', c == '\n':
+				l.inName = false
+			case !isTokenByte(c):
+				// "Transfer-Encoding : chunked", an obs-fold line:
+				// RFC 9112 §5.1 asks for a 400.
+				l.bad = true
+				return false
+			}
+		}
+		if c != '\n' {
+			l.cur++
+			continue
+		}
+		if (l.cur == 0 || l.cur == 1) && l.lines > 0 {
+			l.active = false // the empty line: the head is complete
+			return true
+		}
+		l.lines++
+		l.cur = 0
+	}
+	return l.n <= l.maxBytes && l.lines <= l.maxLines+1
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	if l.active && n > 0 && !l.scan(p[:n]) {
+		l.failed = true
+		return 0, l.failure()
+	}
+	return n, err
+}
+
+var errBadFieldName = errors.New("mitm: malformed header field name")
+
+// isTokenByte reports whether c may appear in an RFC 9110 token.
+func isTokenByte(c byte) bool {
+	if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
 // serveOne answers one inner request and reports whether the connection
 // may carry another.
-func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transport, bw *bufio.Writer, req *http.Request) (bool, error) {
+func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transport, tc net.Conn, br *bufio.Reader, bw *bufio.Writer, req *http.Request) (bool, error) {
 	hasBody := req.ContentLength != 0
 	if !SameAuthority(req.Host, t.Host, t.Port) {
 		return false, writeResponse(bw, req, TextResponse(req, http.StatusBadRequest, "Host header does not match CONNECT target"), true)
@@ -277,17 +400,49 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	out.URL.Scheme = "https"
 	out.URL.Host = t.authority()
 	out.Host = t.authority()
+	upType := upgradeType(req.Header)
 	removeHopByHop(out.Header)
+	if upType != "" {
+		out.Header.Set("Connection", "Upgrade")
+		out.Header.Set("Upgrade", upType)
+	}
 	var sent *countingReader
 	if req.Body != nil && req.Body != http.NoBody {
 		sent = &countingReader{r: req.Body}
 		out.Body = sent
 	}
+	// 1xx answers (103 Early Hints; 100 Continue to a client that asked)
+	// are relayed as they arrive, as ReverseProxy's Got1xxResponse does.
+	// The trace runs while this goroutine waits in RoundTrip: bw has one
+	// writer at a time.
+	wantContinue := strings.EqualFold(req.Header.Get("Expect"), "100-continue")
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		if code == http.StatusContinue && !wantContinue {
+			return nil
+		}
+		hh := http.Header(h)
+		removeHopByHop(hh)
+		fmt.Fprintf(bw, "HTTP/1.1 %d %s\r\n", code, http.StatusText(code))
+		hh.Write(bw)
+		bw.WriteString("\r\n")
+		return bw.Flush()
+	}}
+	out = out.WithContext(httptrace.WithClientTrace(out.Context(), trace))
 	resp, err := tr.RoundTrip(out)
 	if err != nil {
 		return false, writeResponse(bw, req, TextResponse(req, http.StatusBadGateway, UpstreamFailure(t.Host, err)), true)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// Only for the protocol asked for; anything else would hold the
+		// client's connection slot for as long as the upstream likes.
+		rwc, ok := resp.Body.(io.ReadWriteCloser)
+		if upType == "" || !ok || !strings.EqualFold(upgradeType(resp.Header), upType) {
+			writeResponse(bw, req, TextResponse(req, http.StatusBadGateway, "upstream failure"), true)
+			return false, errors.New("mitm: upstream switched protocols without a matching upgrade request")
+		}
+		return false, spliceUpgrade(tc, br, bw, resp, rwc, t.Bytes)
+	}
 	removeHopByHop(resp.Header)
 	// The upstream may have answered over HTTP/2: the client speaks 1.1.
 	resp.ProtoMajor, resp.ProtoMinor = 1, 1
@@ -295,15 +450,19 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 		resp.TransferEncoding = []string{"chunked"}
 	}
 	cr := &countingReader{r: resp.Body}
-	if resp.ContentLength < 0 {
-		// An answer of unknown length may be a stream (server-sent
-		// events): whatever was written (the head, the previous chunk)
-		// reaches the client before waiting for more of the body.
-		cr.flush = bw
-	}
-	resp.Body = cr
+	// The head goes out at once and each part of the body as it arrives
+	// (a slow Content-Length body too): what was written is flushed
+	// before every read of the upstream's body.
+	resp.Body = &flushBeforeRead{countingReader: cr, bw: bw}
 	closeAfter := req.Close || resp.Close
-	err = writeResponse(bw, req, resp, closeAfter)
+	resp.Request = req
+	resp.Close = closeAfter
+	// Through a plain io.Writer: bufio.Writer's ReadFrom would read the
+	// body into its own buffer, which the flush before each read empties.
+	err = resp.Write(struct{ io.Writer }{bw})
+	if err == nil {
+		err = bw.Flush()
+	}
 	if t.Bytes != nil {
 		t.Bytes("down", cr.n)
 		if sent != nil {
@@ -417,11 +576,65 @@ func copyHeader(dst, src http.Header) {
 	}
 }
 
+// upgradeType is the protocol a head asks to switch to ("" none).
+func upgradeType(h http.Header) string {
+	for _, v := range h.Values("Connection") {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				return h.Get("Upgrade")
+			}
+		}
+	}
+	return ""
+}
+
+// upgradeGrace closes an upgraded inner connection this long after one
+// side ended it.
+const upgradeGrace = 5 * time.Second
+
+// spliceUpgrade relays a 101 and then copies bytes both ways between the
+// client's TLS session and the upstream's until one side ends (plus
+// upgradeGrace for the other), then closes both.
+func spliceUpgrade(tc net.Conn, br *bufio.Reader, bw *bufio.Writer, resp *http.Response, up io.ReadWriteCloser, bytesFn func(string, int64)) error {
+	proto := resp.Header.Get("Upgrade")
+	removeHopByHop(resp.Header)
+	resp.Header.Set("Connection", "Upgrade")
+	resp.Header.Set("Upgrade", proto)
+	bw.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
+	resp.Header.Write(bw)
+	bw.WriteString("\r\n")
+	if err := bw.Flush(); err != nil {
+		up.Close()
+		return err
+	}
+	done := make(chan struct{}, 2)
+	var upN, downN int64
+	go func() {
+		upN, _ = io.Copy(up, br) // br holds client bytes already read
+		done <- struct{}{}
+	}()
+	go func() {
+		downN, _ = io.Copy(tc, up)
+		done <- struct{}{}
+	}()
+	<-done
+	t := time.AfterFunc(upgradeGrace, func() { up.Close(); tc.Close() })
+	<-done
+	t.Stop()
+	up.Close()
+	tc.Close()
+	if bytesFn != nil {
+		bytesFn("up", upN)
+		bytesFn("down", downN)
+	}
+	return nil
+}
+
 func writeResponse(bw *bufio.Writer, req *http.Request, resp *http.Response, closeAfter bool) error {
 	resp.Request = req
 	resp.Close = closeAfter
 	// Only Write is exposed: bufio's ReadFrom would lend its buffer to the
-	// body's Read, which flushes the same buffer (countingReader.flush).
+	// body's Read, which flushes the same buffer (flushBeforeRead).
 	if err := resp.Write(struct{ io.Writer }{bw}); err != nil {
 		return err
 	}
@@ -469,18 +682,27 @@ func removeHopByHop(h http.Header) {
 	}
 }
 
-type countingReader struct {
-	r     io.ReadCloser
-	n     int64
-	flush *bufio.Writer // flushed before each read when set
+// flushBeforeRead flushes the client's writer before each body read.
+type flushBeforeRead struct {
+	*countingReader
+	bw *bufio.Writer
 }
 
-func (c *countingReader) Read(p []byte) (int, error) {
-	if c.flush != nil && c.flush.Buffered() > 0 {
-		if err := c.flush.Flush(); err != nil {
+func (f *flushBeforeRead) Read(p []byte) (int, error) {
+	if f.bw.Buffered() > 0 {
+		if err := f.bw.Flush(); err != nil {
 			return 0, err
 		}
 	}
+	return f.countingReader.Read(p)
+}
+
+type countingReader struct {
+	r io.ReadCloser
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err

@@ -1,13 +1,17 @@
 package mitm
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -111,6 +115,60 @@ func FuzzSameAuthority(f *testing.F) {
 	f.Fuzz(func(t *testing.T, hdr, host string, port uint16) {
 		if SameAuthority(hdr, host, port) && hdr == "" {
 			t.Fatal("empty Host matched")
+		}
+	})
+}
+
+// FuzzHeadLimit: inner request heads are untrusted. Whatever the bytes,
+// the limiter never panics, a head it lets through to a successful parse
+// is within the limits (bytes and fields), and every field name the parser
+// then holds is a token.
+func FuzzHeadLimit(f *testing.F) {
+	for _, s := range []string{
+		"GET / HTTP/1.1\r\nHost: up.test\r\n\r\n",
+		"GET / HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n",
+		"GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n",
+		"GET / HTTP/1.1\r\n: empty\r\n\r\n",
+		"GET / HTTP/1.1\nHost: a\n\nGET / HTTP/1.1\r\n\r\n",
+		"GET / HTTP/1.1\r\nh:\r\nh:\r\nh:\r\nh:\r\n\r\n",
+	} {
+		f.Add([]byte(s), uint8(3))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, maxFields uint8) {
+		lim := &headLimit{r: bytes.NewReader(data), maxBytes: 256, maxLines: int(maxFields)}
+		br := bufio.NewReaderSize(lim, 16)
+		for i := 0; i < 4; i++ {
+			pre, _ := br.Peek(br.Buffered())
+			var req *http.Request
+			err := lim.begin(pre)
+			if err == nil {
+				req, err = http.ReadRequest(br)
+			}
+			lim.active = false
+			if err != nil {
+				return
+			}
+			if lim.n > lim.maxBytes {
+				t.Fatalf("a head of %d bytes passed a limit of %d", lim.n, lim.maxBytes)
+			}
+			fields := 0
+			for k, v := range req.Header {
+				fields += len(v)
+				for j := 0; j < len(k); j++ {
+					if !isTokenByte(k[j]) {
+						t.Fatalf("field name %q is not a token", k)
+					}
+				}
+			}
+			if req.Host != "" {
+				fields++ // ReadRequest moves Host out of the map
+			}
+			if fields > int(maxFields) {
+				t.Fatalf("%d fields passed a limit of %d", fields, maxFields)
+			}
+			if req.Body != nil {
+				io.Copy(io.Discard, req.Body)
+			}
 		}
 	})
 }

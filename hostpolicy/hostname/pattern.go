@@ -84,6 +84,11 @@ func ParsePattern(raw string) (Pattern, error) {
 	if err != nil {
 		return Pattern{}, fmt.Errorf("invalid glob pattern %q: %v", clip(raw), err)
 	}
+	if prefix == "" && glob == "*" {
+		// "*" in another spelling (e.g. "*:0", the port dropped): the
+		// global wildcard, so that its canonical text parses back to it.
+		return Pattern{Kind: All, Text: "*"}, nil
+	}
 	p := Pattern{Kind: Glob, Text: prefix + glob}
 	switch prefix {
 	case "**.":
@@ -149,6 +154,7 @@ func (p Pattern) Match(h string) bool {
 // normalizeGlob lowercases a glob, drops a ":port" and trailing dots, and
 // converts Unicode labels without wildcards to A-labels.
 func normalizeGlob(s string) (string, error) {
+	s = strings.TrimRight(s, ".") // "*:0." has a port too
 	if strings.Count(s, ":") == 1 {
 		host, port, _ := strings.Cut(s, ":")
 		if allDigits(port) {

@@ -136,6 +136,7 @@ type Limits struct {
 	HeaderTimeout  Duration `toml:"header_timeout"`
 	IdleTimeout    Duration `toml:"idle_timeout"`
 	MaxHeaderBytes int      `toml:"max_header_bytes"`
+	MaxHeaders     int      `toml:"max_headers"`
 	ConnectTimeout Duration `toml:"connect_timeout"`
 }
 

@@ -599,6 +599,9 @@ func validate(c *Config, file string) []error {
 	if c.Limits.MaxHeaderBytes <= 0 {
 		bad("limits.max_header_bytes", "must be positive")
 	}
+	if c.Limits.MaxHeaders <= 0 {
+		bad("limits.max_headers", "must be positive")
+	}
 	for key, d := range map[string]Duration{
 		"limits.header_timeout": c.Limits.HeaderTimeout, "limits.idle_timeout": c.Limits.IdleTimeout,
 		"limits.connect_timeout": c.Limits.ConnectTimeout,

@@ -30,7 +30,8 @@ type Executions interface {
 type Limits struct {
 	HeaderTimeout  time.Duration // request head (and SOCKS5 handshake) deadline
 	IdleTimeout    time.Duration // keep-alive wait between requests; tunnel inactivity
-	MaxHeaderBytes int
+	MaxHeaderBytes int           // request line + header lines of one head (SPEC §7.2)
+	MaxHeaders     int           // header fields of one head (SPEC §7.2)
 }
 
 func (l Limits) withDefaults() Limits {
@@ -41,7 +42,10 @@ func (l Limits) withDefaults() Limits {
 		l.IdleTimeout = 5 * time.Minute
 	}
 	if l.MaxHeaderBytes <= 0 {
-		l.MaxHeaderBytes = 1 << 20
+		l.MaxHeaderBytes = 64 << 10
+	}
+	if l.MaxHeaders <= 0 {
+		l.MaxHeaders = 100
 	}
 	return l
 }

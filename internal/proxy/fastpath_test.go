@@ -9,7 +9,7 @@ import (
 )
 
 // headsFor parses raw as a client request the way ServeConn does, prepares
-// it as serveFast does, and returns what writeRequestHead and
+// it as forward does, and returns what writeRequestHead and
 // http.Request.Write send upstream for it.
 func headsFor(t testing.TB, raw string) (fast, std []byte, ok bool) {
 	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
@@ -32,8 +32,8 @@ func headsFor(t testing.TB, raw string) (fast, std []byte, ok bool) {
 	return a.Bytes(), b.Bytes(), true
 }
 
-// TestWriteRequestHeadMatchesRequestWrite: the fast path sends upstream
-// exactly the bytes http.Request.Write (the goproxy path) would send.
+// TestWriteRequestHeadMatchesRequestWrite: the forwarding path sends upstream
+// exactly the bytes http.Request.Write would send.
 func TestWriteRequestHeadMatchesRequestWrite(t *testing.T) {
 	for _, raw := range []string{
 		"GET http://up.test:8080/ HTTP/1.1\r\nHost: up.test:8080\r\n\r\n",

@@ -151,8 +151,8 @@ func wantDisabled503(t *testing.T, what string, resp *http.Response, body string
 }
 
 // TestKillSwitch: with network.enabled = false every front end blocks an
-// allow-listed target with proxy_disabled — plain HTTP (fast path and the
-// body path), HEAD, CONNECT with 503, SOCKS5 with 0x02 — the upstream is
+// allow-listed target with proxy_disabled — plain HTTP (without and with a
+// body), HEAD, CONNECT with 503, SOCKS5 with 0x02 — the upstream is
 // never reached, the sinks see deny/proxy_disabled/proxy_state, and
 // turning it back on lets the same requests through, on the same listeners.
 func TestKillSwitch(t *testing.T) {
@@ -193,7 +193,7 @@ func TestKillSwitch(t *testing.T) {
 	s.setEnabled(t, false)
 	before := hits.Load()
 	resp, body := roundTrip(t, s.httpAddr, get, "GET")
-	wantDisabled503(t, "GET (fast path)", resp, body, false)
+	wantDisabled503(t, "GET (no body)", resp, body, false)
 	resp, body = roundTrip(t, s.httpAddr, post, "POST")
 	wantDisabled503(t, "POST (body path)", resp, body, false)
 	resp, body = roundTrip(t, s.httpAddr, connect, "CONNECT")

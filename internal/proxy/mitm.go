@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -63,37 +61,6 @@ func (c *Core) decideInner(ctx context.Context, req hostpolicy.Request) hostpoli
 		c.Sink.ObserveDecision(observe.DecisionEvent{Time: start, Request: req, Decision: d, Elapsed: time.Since(start)})
 	}
 	return d
-}
-
-// blockedJSONResponse is writeBlockedJSON's answer as an *http.Response,
-// for requests inside an intercepted tunnel.
-func blockedJSONResponse(req *http.Request, d hostpolicy.Decision) *http.Response {
-	return blockedResponse(req, d, hostpolicy.ProtoHTTPS)
-}
-
-// blockedResponse is the block of SPEC §3.7 as an *http.Response.
-func blockedResponse(req *http.Request, d hostpolicy.Decision, proto hostpolicy.Protocol) *http.Response {
-	if d.Reason == hostpolicy.ReasonProxyDisabled {
-		r := mitm.TextResponse(req, http.StatusServiceUnavailable, d.Message())
-		r.Header.Set("X-Proxy-Error", d.XProxyError())
-		return r
-	}
-	verdict := string(d.Verdict)
-	if verdict != string(hostpolicy.Ask) {
-		verdict = string(hostpolicy.Deny)
-	}
-	body, _ := json.Marshal(blockedBody{
-		Status: "blocked", Host: d.Host, Port: d.Port, Reason: string(d.Reason), Decision: verdict,
-		Source: string(d.Source), Protocol: string(proto), Message: d.Message(),
-	})
-	return &http.Response{
-		StatusCode: http.StatusForbidden, ProtoMajor: 1, ProtoMinor: 1, Request: req,
-		Header: http.Header{
-			"Content-Type":  {"application/json"},
-			"X-Proxy-Error": {d.XProxyError()},
-		},
-		ContentLength: int64(len(body)), Body: io.NopCloser(strings.NewReader(string(body))),
-	}
 }
 
 // serveMITM answers an admitted limited-mode CONNECT with 200 and hands

@@ -36,6 +36,11 @@ type Tunnel struct {
 	// Owner, when set, is closed at the end (the admitted client Conn, so
 	// its connection slot is released).
 	Owner io.Closer
+	// HalfCloseGrace, when set, closes both sockets this long after either
+	// direction ended (an upgraded connection whose client left must not
+	// stay open for as long as the upstream likes). 0: each direction
+	// runs to its own end (CONNECT tunnels keep half-close semantics).
+	HalfCloseGrace time.Duration
 
 	last atomic.Int64 // unix nanos of the last byte moved
 }
@@ -58,12 +63,30 @@ func (t *Tunnel) Run() {
 		}
 	}
 	var wg sync.WaitGroup
+	var ended func() // nil unless HalfCloseGrace: CONNECT tunnels pay nothing
+	if t.HalfCloseGrace > 0 {
+		var once sync.Once
+		ended = func() {
+			once.Do(func() {
+				time.AfterFunc(t.HalfCloseGrace, func() {
+					t.Client.Close()
+					t.Upstream.Close()
+				})
+			})
+		}
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		t.pipe(t.Upstream, t.Client, "up")
+		if ended != nil {
+			ended()
+		}
 	}()
 	t.pipe(t.Client, t.Upstream, "down")
+	if ended != nil {
+		ended()
+	}
 	wg.Wait()
 }
 

@@ -7,26 +7,44 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
-	"github.com/elazarl/goproxy"
 	"golang.org/x/net/http/httpguts"
+	"golang.org/x/sys/unix"
 )
 
-// upstreamPool is goproxy's round tripper for body-less requests to direct
-// upstreams: it writes the request and reads the response on the calling
-// goroutine over pooled keep-alive connections. http.Transport hands every
-// request to two per-connection goroutines, which costs more than the rest
-// of the proxy on a busy machine. Requests with a body, and everything when
-// a parent proxy is configured, still go through http.Transport (it writes
-// bodies concurrently with reading an early response).
+// upstreamPool carries every forwarded plain-HTTP request (forward.go) over
+// pooled keep-alive connections, on the calling goroutine: the request head
+// and the response are handled where the request is, and a request body is
+// written by one goroutine of its own while the response is read (so an
+// upstream may answer before it has read the body). It follows
+// net/http.Transport where a proxy's behaviour is visible:
+//
+//   - an idle connection with bytes (or an EOF) queued is never handed out:
+//     get peeks at it without blocking, as the Transport's background read
+//     of idle connections would have noticed (an unsolicited response must
+//     not become the next client's answer);
+//   - a request is retried on a fresh connection only when a reused one
+//     failed before any response byte and the request is idempotent (GET,
+//     HEAD, OPTIONS, TRACE, or Idempotency-Key / X-Idempotency-Key set)
+//     and has no body — the Transport's rule;
+//   - 1xx answers other than 101 are handed to the caller as they come;
+//     a 101 is returned with the connection for the caller to splice, and
+//     only for a request that asked for an upgrade;
+//   - response trailers arrive in resp.Trailer (http.ReadResponse).
+//
+// The pool never decides anything: the caller passes the allowed target,
+// which is the only thing dialed (directly, or through the parent proxy).
 type upstreamPool struct {
-	dial       func(ctx context.Context, network, addr string) (net.Conn, error)
 	dialTarget func(ctx context.Context, t Target) (*net.TCPConn, error)
-	fallback   http.RoundTripper
+	dialParent func(ctx context.Context, t Target) (net.Conn, error) // nil without a parent
+	parent     string
 	maxIdle    int           // per host:port
 	idleFor    time.Duration // an idle connection older than this is closed
 
@@ -46,18 +64,48 @@ type upConn struct {
 	key      string
 	since    time.Time
 	deadline bool // a deadline was set since the connection was pooled
+	// The idle check's parts, made once per connection.
+	raw   syscall.RawConn
+	peek  func(fd uintptr) bool
+	dirty bool
 }
 
-func newUpstreamPool(d *Dialer, fallback http.RoundTripper) *upstreamPool {
-	return &upstreamPool{dial: d.DialContext, dialTarget: d.DialTarget, fallback: fallback, maxIdle: 64, maxTotal: 1024, idleFor: 90 * time.Second,
-		sweepTick: 30 * time.Second, idle: make(map[string][]*upConn)}
-}
-
-func (p *upstreamPool) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Response, error) {
-	if req.URL.Scheme != "http" || !bodyless(req) {
-		return p.fallback.RoundTrip(req)
+// idleDirty reports whether an idle upstream connection has bytes or an
+// end queued (checked without blocking). Either makes it unusable: an
+// unsolicited response would otherwise become the next request's answer.
+func (uc *upConn) idleDirty() bool {
+	if uc.raw == nil {
+		sc, ok := uc.c.(syscall.Conn)
+		if !ok {
+			return false
+		}
+		raw, err := sc.SyscallConn()
+		if err != nil {
+			return true
+		}
+		uc.raw = raw
+		uc.peek = func(fd uintptr) bool {
+			var b [1]byte
+			n, _, e := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			uc.dirty = !(e == unix.EAGAIN || e == unix.EINTR) || n > 0
+			return true
+		}
 	}
-	return p.roundTrip(req.Context(), req, nil, nil)
+	uc.dirty = false
+	err := uc.raw.Read(uc.peek)
+	return uc.dirty || err != nil
+}
+
+func newUpstreamPool(d *Dialer, _ int) *upstreamPool {
+	p := &upstreamPool{dialTarget: d.DialTarget, maxIdle: 64, maxTotal: 1024, idleFor: 90 * time.Second,
+		sweepTick: 30 * time.Second, idle: make(map[string][]*upConn)}
+	if d.Parent != "" {
+		p.parent = d.Parent
+		p.dialParent = func(ctx context.Context, t Target) (net.Conn, error) {
+			return d.DialContext(WithTarget(ctx, t), "tcp", d.Parent)
+		}
+	}
+	return p
 }
 
 // bodyless reports whether req carries no body at all.
@@ -66,7 +114,7 @@ func bodyless(req *http.Request) bool {
 }
 
 // interrupter cuts a running upstream read when the client goes away (the
-// fast path's connWatch); without one, the request's context does.
+// connection's connWatch); without one, the request's context does.
 type interrupter interface {
 	// watchUpstream makes c's reads fail once the client has vanished
 	// (at once if it already has).
@@ -75,84 +123,228 @@ type interrupter interface {
 	releaseUpstream() bool
 }
 
-// roundTrip sends a body-less request over a pooled connection to
-// req.URL.Host and reads the response head. A new connection is dialed to
-// t when given, else with p.dial (ctx must then carry the target). When ctx
-// is done — or intr reports the client gone — a running read stops.
-func (p *upstreamPool) roundTrip(ctx context.Context, req *http.Request, t *Target, intr interrupter) (*http.Response, error) {
+// exchangeOpts are the caller's parts of one exchange.
+type exchangeOpts struct {
+	intr interrupter
+	// on1xx receives every informational answer but 101 (may be nil).
+	on1xx func(code int, h http.Header)
+	// upgrade is the protocol the request asks to switch to ("" none).
+	upgrade string
+	// cutBody unblocks a read of the request body in progress (the client
+	// socket's); called when the body must stop before its end.
+	cutBody func()
+}
+
+// replayable reports whether net/http's Transport would resend req after a
+// reused connection failed: idempotent, or marked so, and no body.
+func replayable(req *http.Request) bool {
+	if !bodyless(req) {
+		return false
+	}
+	switch req.Method {
+	case "GET", "HEAD", "OPTIONS", "TRACE":
+		return true
+	}
+	_, a := req.Header["Idempotency-Key"]
+	_, b := req.Header["X-Idempotency-Key"]
+	return a || b
+}
+
+// errNoResponseByte marks an exchange that failed before any byte of a
+// response arrived (the only failures a retry may follow).
+type errNoResponseByte struct{ err error }
+
+func (e errNoResponseByte) Error() string { return e.err.Error() }
+func (e errNoResponseByte) Unwrap() error { return e.err }
+
+// roundTrip sends req over a pooled (or new) connection for t and reads
+// the response head. When ctx is done — or o.intr reports the client gone
+// — a running read stops.
+func (p *upstreamPool) roundTrip(ctx context.Context, req *http.Request, t Target, o exchangeOpts) (*http.Response, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	key := req.URL.Host
+	if p.parent != "" {
+		key = p.parent
+	}
 	for attempt := 0; ; attempt++ {
 		uc, reused := p.get(key)
 		if uc == nil {
 			var c net.Conn
 			var err error
-			if t != nil {
-				c, err = p.dialTarget(ctx, *t)
+			if p.dialParent != nil {
+				c, err = p.dialParent(ctx, t)
 			} else {
-				c, err = p.dial(ctx, "tcp", key)
+				c, err = p.dialTarget(ctx, t)
 			}
 			if err != nil {
 				return nil, err
 			}
 			uc = &upConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096), key: key}
 		}
-		resp, err := p.exchange(ctx, uc, req, intr)
+		resp, err := p.exchange(ctx, uc, req, o)
 		if err == nil {
 			return resp, nil
 		}
 		uc.c.Close()
 		// A pooled connection the upstream closed while idle fails before
-		// any response byte: retry once on a fresh one (body-less requests
-		// are safe to resend).
-		if !reused || attempt > 0 || ctx.Err() != nil {
+		// any response byte: retry once on a fresh one, but only what
+		// net/http would retry.
+		var nb errNoResponseByte
+		if !reused || attempt > 0 || ctx.Err() != nil || !errors.As(err, &nb) || !replayable(req) {
 			return nil, err
 		}
 	}
 }
 
-func (p *upstreamPool) exchange(ctx context.Context, uc *upConn, req *http.Request, intr interrupter) (*http.Response, error) {
+func (p *upstreamPool) exchange(ctx context.Context, uc *upConn, req *http.Request, o exchangeOpts) (*http.Response, error) {
 	// Pooled connections carry no deadline (put clears it); only a
 	// request with a deadline sets one.
 	if dl, ok := ctx.Deadline(); ok {
 		uc.c.SetDeadline(dl)
 		uc.deadline = true
 	}
+	withBody := !bodyless(req)
 	if err := writeRequestHead(uc.bw, req); err != nil {
-		return nil, err
+		return nil, errNoResponseByte{err}
 	}
 	if err := uc.bw.Flush(); err != nil {
-		return nil, err
+		return nil, errNoResponseByte{err}
+	}
+	var wrote chan error
+	if withBody {
+		// The body goes up while the response is read: an upstream may
+		// answer (100 Continue, or a 413) before it has read the body.
+		wrote = make(chan error, 1)
+		go func() { wrote <- writeBody(uc.bw, req) }()
 	}
 	// The client may give up while the upstream thinks: unblock the read.
 	var stop func() bool
-	if intr != nil {
-		intr.watchUpstream(uc.c)
-		stop = intr.releaseUpstream
+	if o.intr != nil {
+		o.intr.watchUpstream(uc.c)
+		stop = o.intr.releaseUpstream
 	} else {
 		stop = context.AfterFunc(ctx, func() { uc.c.SetReadDeadline(time.Now()) })
+	}
+	fail := func(err error) (*http.Response, error) {
+		stop()
+		if wrote != nil {
+			uc.c.Close() // unblocks the body's write
+			if o.cutBody != nil {
+				o.cutBody()
+			}
+			<-wrote
+		}
+		return nil, err
 	}
 	var resp *http.Response
 	var err error
 	for {
+		if _, perr := uc.br.Peek(1); perr != nil {
+			return fail(errNoResponseByte{perr})
+		}
 		resp, err = http.ReadResponse(uc.br, req)
 		if err != nil {
+			return fail(err)
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			if o.upgrade == "" || !strings.EqualFold(upgradeType(resp.Header), o.upgrade) {
+				return fail(errors.New("upstream switched protocols without a matching upgrade request"))
+			}
 			stop()
-			return nil, err
+			if wrote != nil {
+				// An upgrade request with a body: the body must be over
+				// before the connection changes hands.
+				if err := <-wrote; err != nil {
+					uc.c.Close()
+					return nil, err
+				}
+			}
+			if uc.deadline {
+				uc.c.SetDeadline(time.Time{})
+			}
+			resp.Body = &upgradedConn{uc: uc}
+			return resp, nil
 		}
 		if resp.StatusCode >= 100 && resp.StatusCode < 200 {
-			if resp.StatusCode == http.StatusSwitchingProtocols {
-				stop()
-				return nil, errors.New("upstream switched protocols without an upgrade request")
+			if o.on1xx != nil {
+				o.on1xx(resp.StatusCode, resp.Header)
 			}
-			continue // informational (e.g. 103): the final answer follows
+			continue // informational (100, 103): the final answer follows
 		}
 		break
 	}
-	resp.Body = &pooledBody{rc: resp.Body, uc: uc, pool: p, reuse: !resp.Close && !req.Close, stop: stop}
+	pb := &pooledBody{rc: resp.Body, uc: uc, pool: p, reuse: !resp.Close && !req.Close, stop: stop}
+	if wrote != nil {
+		pb.body = &bodyWriter{wrote: wrote, cutBody: o.cutBody}
+	}
+	resp.Body = pb
 	return resp, nil
+}
+
+// writeBody sends req's body after its head (Content-Length bytes as they
+// are, or chunked with the request's trailers) and flushes.
+func writeBody(bw *bufio.Writer, req *http.Request) error {
+	if req.ContentLength > 0 && len(req.TransferEncoding) == 0 {
+		n, err := io.Copy(bw, io.LimitReader(req.Body, req.ContentLength))
+		if err == nil && n < req.ContentLength {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return err
+		}
+		return bw.Flush()
+	}
+	cw := httputil.NewChunkedWriter(bw)
+	bp := copyBufPool.Get().(*[]byte)
+	defer copyBufPool.Put(bp)
+	for {
+		n, rerr := req.Body.Read(*bp)
+		if n > 0 {
+			if _, err := cw.Write((*bp)[:n]); err != nil {
+				return err
+			}
+			if err := bw.Flush(); err != nil { // stream as the client sends
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+	if err := cw.Close(); err != nil {
+		return err
+	}
+	if len(req.Trailer) > 0 {
+		if err := req.Trailer.Write(bw); err != nil {
+			return err
+		}
+	}
+	if _, err := bw.WriteString("\r\n"); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// upgradedConn is a 101 response's body: the upstream connection, with
+// bytes the upstream sent after the 101 still in its read buffer.
+type upgradedConn struct{ uc *upConn }
+
+func (u *upgradedConn) Read(p []byte) (int, error)  { return u.uc.br.Read(p) }
+func (u *upgradedConn) Write(p []byte) (int, error) { return u.uc.c.Write(p) }
+func (u *upgradedConn) Close() error                { return u.uc.c.Close() }
+
+// upgradeType is the protocol a head asks to switch to, "" when none
+// (Connection: upgrade and an Upgrade value).
+func upgradeType(h http.Header) string {
+	if !headerHasToken(h, "Connection", "upgrade") {
+		return ""
+	}
+	return h.Get("Upgrade")
 }
 
 // reqHeadExclude are the headers writeRequestHead writes itself (or never):
@@ -171,6 +363,9 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request) error {
 	}
 	ruri := req.URL.RequestURI()
 	if !plainASCII(host) || !httpguts.ValidHostHeader(host) || strings.Contains(host, "%") || hasCTL(ruri) || req.Method == "" {
+		if !bodyless(req) {
+			return errors.New("request target needs rewriting; not forwarded with a body")
+		}
 		return req.Write(bw)
 	}
 	bw.WriteString(req.Method)
@@ -183,7 +378,7 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request) error {
 	if _, ok := req.Header["User-Agent"]; ok {
 		ua = req.Header.Get("User-Agent")
 		if strings.ContainsAny(ua, "\r\n") {
-			return req.Write(bw)
+			return errors.New("invalid User-Agent")
 		}
 		ua = textproto.TrimString(ua)
 	}
@@ -195,8 +390,14 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request) error {
 	if req.Close && !headerHasToken(req.Header, "Connection", "close") {
 		bw.WriteString("Connection: close\r\n")
 	}
-	switch req.Method {
-	case "POST", "PUT", "PATCH":
+	switch {
+	case req.ContentLength > 0 && len(req.TransferEncoding) == 0:
+		bw.WriteString("Content-Length: ")
+		bw.WriteString(strconv.FormatInt(req.ContentLength, 10))
+		bw.WriteString("\r\n")
+	case !bodyless(req):
+		bw.WriteString("Transfer-Encoding: chunked\r\n")
+	case req.Method == "POST" || req.Method == "PUT" || req.Method == "PATCH":
 		bw.WriteString("Content-Length: 0\r\n") // http.Request.Write does the same
 	}
 	if err := req.Header.WriteSubset(bw, reqHeadExclude); err != nil {
@@ -245,6 +446,44 @@ type pooledBody struct {
 	eof   bool
 	done  bool
 	stop  func() bool
+	// The request body's writer (nil: no body).
+	body *bodyWriter
+}
+
+// bodyWriter is a request body's writer goroutine and how to stop it.
+type bodyWriter struct {
+	wrote   chan error
+	cutBody func()
+	// finished and err: the writer's result, once received from wrote.
+	finished bool
+	err      error
+	// sent is set by Close: the whole request body went upstream.
+	sent bool
+}
+
+// poll reports whether the writer has finished, waiting up to d.
+func (w *bodyWriter) poll(d time.Duration) bool {
+	if w.finished {
+		return true
+	}
+	select {
+	case w.err = <-w.wrote:
+		w.finished = true
+		return true
+	default:
+	}
+	if d <= 0 {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case w.err = <-w.wrote:
+		w.finished = true
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 func (b *pooledBody) Read(p []byte) (int, error) {
@@ -261,6 +500,12 @@ func (b *pooledBody) Close() error {
 	}
 	b.done = true
 	b.rc.Close()
+	if b.body != nil {
+		b.body.sent = b.waitBody()
+		if !b.body.sent {
+			b.reuse = false
+		}
+	}
 	if !b.stop() {
 		// The request's context already fired: the connection's deadline
 		// was cut; do not reuse it.
@@ -274,6 +519,27 @@ func (b *pooledBody) Close() error {
 	return nil
 }
 
+// bodyGrace is how long a finished response waits for the request body's
+// writer to finish on its own before the body is cut.
+const bodyGrace = time.Second
+
+// waitBody waits for the request body's writer and reports whether the
+// whole body was sent. A writer still running after bodyGrace (the client
+// is still sending, or the upstream stopped reading) is cut.
+func (b *pooledBody) waitBody() bool {
+	w := b.body
+	if w.poll(bodyGrace) {
+		return w.err == nil
+	}
+	b.uc.c.Close()
+	if w.cutBody != nil {
+		w.cutBody()
+	}
+	w.err = <-w.wrote
+	w.finished = true
+	return false
+}
+
 func (p *upstreamPool) get(key string) (*upConn, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -282,7 +548,7 @@ func (p *upstreamPool) get(key string) (*upConn, bool) {
 		uc := list[len(list)-1]
 		list = list[:len(list)-1]
 		p.total--
-		if time.Since(uc.since) < p.idleFor {
+		if time.Since(uc.since) < p.idleFor && !uc.idleDirty() {
 			p.idle[key] = list
 			return uc, true
 		}

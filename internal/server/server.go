@@ -225,6 +225,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			HeaderTimeout:  cfg.Limits.HeaderTimeout.Duration,
 			IdleTimeout:    cfg.Limits.IdleTimeout.Duration,
 			MaxHeaderBytes: cfg.Limits.MaxHeaderBytes,
+			MaxHeaders:     cfg.Limits.MaxHeaders,
 		},
 	}
 	if cfg.MITM.Enabled {
@@ -237,7 +238,8 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		core.MITM = &mitm.Interceptor{Authority: ca, Roots: roots, Idle: cfg.Limits.IdleTimeout.Duration}
+		core.MITM = &mitm.Interceptor{Authority: ca, Roots: roots, Idle: cfg.Limits.IdleTimeout.Duration,
+			MaxHeaderBytes: cfg.Limits.MaxHeaderBytes, MaxHeaders: cfg.Limits.MaxHeaders}
 	}
 	s.httpP = proxy.NewHTTP(core)
 	s.socksP = proxy.NewSOCKS(core)

@@ -1,0 +1,89 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+
+	"github.com/netproxy/netproxy/hostpolicy"
+)
+
+// The CONNECT stage: a CONNECT is checked and decided like any request;
+// when allowed the connection becomes a byte tunnel (tunnel.go) or, in
+// limited mode with MITM configured, an intercepted TLS session (mitm.go).
+
+func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader, bw *bufio.Writer, req *http.Request) bool {
+	authority := req.URL.Host
+	if authority == "" {
+		authority = req.Host
+	}
+	host, portStr, err := net.SplitHostPort(authority)
+	if err != nil || host == "" {
+		writeSimple(bw, http.StatusBadRequest, "missing authority")
+		return false
+	}
+	port, ok := parsePort(portStr)
+	if !ok {
+		writeSimple(bw, http.StatusBadRequest, "invalid port")
+		return false
+	}
+	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTPS, http.MethodConnect)
+	if h.via.looped(req.Header) {
+		// Our own CONNECT to a parent came back (SPEC §3.5).
+		writeBlockedText(bw, h.core.loopDecision(hreq))
+		return false
+	}
+	gen := c.generation()
+	d := h.core.decideWatching(ctx, c, hreq)
+	if !d.Allowed() {
+		writeBlockedText(bw, d)
+		return false
+	}
+	if intercepts(d) {
+		var early []byte
+		if n := br.Buffered(); n > 0 {
+			early, _ = br.Peek(n)
+			early = append([]byte(nil), early...)
+		}
+		if !h.core.bindTunnel(c, &d, hostpolicy.ProtoHTTPS, nil, gen) {
+			return false
+		}
+		return h.serveMITM(ctx, c, bw, early, d)
+	}
+	up, err := h.core.Dialer.DialTarget(ctx, TargetOf(d))
+	if err != nil {
+		h.core.logger().Info("upstream failure", "protocol", "https", "host", d.Host, "port", d.Port, "error", err.Error())
+		if refusedAtDial(err) {
+			writeBlockedText(bw, refusedDecision(d))
+		} else {
+			writeSimple(bw, http.StatusBadGateway, "upstream failure")
+		}
+		return false
+	}
+	if !h.core.bindTunnel(c, &d, hostpolicy.ProtoHTTPS, up, gen) {
+		up.Close()
+		return false // a change since the decision closed the connection
+	}
+	if _, err := bw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n"); err != nil || bw.Flush() != nil {
+		up.Close()
+		return false
+	}
+	var early []byte
+	if n := br.Buffered(); n > 0 {
+		early, _ = br.Peek(n)
+		early = append([]byte(nil), early...)
+	}
+	t := &Tunnel{
+		Client: c.TCPConn, Upstream: up, Early: early, Idle: h.limits.IdleTimeout,
+		Protocol: hostpolicy.ProtoHTTPS, Meter: h.core.Meter, Owner: c,
+	}
+	// The handler goroutine (with its larger stack) ends here; the tunnel
+	// runs on fresh goroutines.
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		t.Run()
+	}()
+	return true
+}
