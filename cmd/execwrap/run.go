@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/netproxy/netproxy/execcore"
 	"io"
 	"os"
 	"os/signal"
@@ -91,7 +92,7 @@ type invocation struct {
 	Cwd                string
 	BaseCwd            string // the workspace: --cwd or the current directory
 	ApprovalIdentity   []string
-	Requirement        orchestrator.Requirement
+	Requirement        execcore.Requirement
 	ExecSource         string          // "prefix" | "heuristics": what decided (for netproxy's metrics)
 	RequirementJSON    json.RawMessage // execcore's requirement object, verbatim
 	Policy             approvalpolicy.Policy

@@ -12,7 +12,6 @@ import (
 	"github.com/netproxy/netproxy/execcore"
 	"github.com/netproxy/netproxy/execcore/shellparse"
 	"github.com/netproxy/netproxy/sandbox"
-	"github.com/netproxy/netproxy/sandbox/orchestrator"
 )
 
 // evaluateInvocation runs execcore on the shared check flags and keeps what
@@ -32,12 +31,7 @@ func evaluateInvocation(cf *checkFlags, ro runOptions, stdin io.Reader) (*invoca
 	if err != nil {
 		return nil, err
 	}
-	req := orchestrator.Requirement{
-		Kind:              string(res.Requirement.Kind),
-		BypassSandbox:     res.Requirement.BypassSandbox,
-		Reason:            res.Requirement.Reason,
-		ProposedAmendment: res.Requirement.ProposedAmendment,
-	}
+	req := res.Requirement
 	rj, err := json.Marshal(toRequirementJSON(res.Requirement))
 	if err != nil {
 		return nil, err
@@ -57,7 +51,7 @@ func evaluateInvocation(cf *checkFlags, ro runOptions, stdin io.Reader) (*invoca
 		argv = append([]string{abs}, argv[1:]...)
 	}
 	env := res.Envelope.Env
-	if req.Kind == orchestrator.Skip && req.BypassSandbox {
+	if req.Kind == execcore.Skip && req.BypassSandbox {
 		// Outside the sandbox a bare program name is looked up on PATH:
 		// a workspace folder (or ".") on it would run a program the
 		// command itself may have written, so only fixed folders stay.

@@ -38,7 +38,7 @@ func (r *runner) reportExecDecision(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, reportTimeout)
 	defer cancel()
 	_ = r.client.ReportExecDecision(ctx, execreport.Report{
-		Requirement:   r.inv.Requirement.Kind,
+		Requirement:   string(r.inv.Requirement.Kind),
 		Source:        r.inv.ExecSource,
 		Reason:        r.inv.Requirement.Reason,
 		SessionID:     r.opts.session,

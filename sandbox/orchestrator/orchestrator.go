@@ -14,24 +14,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/netproxy/netproxy/execcore"
 	"github.com/netproxy/netproxy/execcore/approvalpolicy"
 
 	"github.com/netproxy/netproxy/sandbox"
-)
-
-// Requirement is execcore's verdict for the command (SPEC §6.3).
-type Requirement struct {
-	Kind              string   `json:"kind"` // skip | needs_approval | forbidden
-	BypassSandbox     bool     `json:"bypass_sandbox"`
-	Reason            string   `json:"reason,omitempty"`
-	ProposedAmendment []string `json:"proposed_amendment,omitempty"`
-}
-
-// Requirement kinds.
-const (
-	Skip          = "skip"
-	NeedsApproval = "needs_approval"
-	Forbidden     = "forbidden"
 )
 
 // wantsNoSandboxApproval is the reference's gate for an escalated retry:
@@ -91,7 +77,7 @@ type AttemptFunc func(ctx context.Context, sandboxed bool) (AttemptResult, error
 
 // Plan is one orchestrated run.
 type Plan struct {
-	Requirement        Requirement
+	Requirement        execcore.Requirement // execcore's verdict (SPEC §6.3)
 	Policy             approvalpolicy.Policy
 	SandboxPermissions string // use_default | require_escalated
 	Confining          bool   // the sandbox kind builds a sandbox
@@ -143,23 +129,23 @@ func Run(ctx context.Context, p Plan) (Outcome, error) {
 	req := p.Requirement
 	alreadyApproved := false
 	switch req.Kind {
-	case Forbidden:
+	case execcore.Forbidden:
 		out.Rejected, out.RejectedBy = req.Reason, "forbidden"
 		return out, nil
-	case NeedsApproval:
+	case execcore.NeedsApproval:
 		ans := ask(ctx, p.Approver, Question{Reason: req.Reason}, &out)
 		if !ans.Approved {
 			out.Rejected, out.RejectedBy = rejectionText(ans), "approval"
 			return out, nil
 		}
 		alreadyApproved = true
-	case Skip:
+	case execcore.Skip:
 	default:
 		return out, fmt.Errorf("orchestrator: unknown requirement kind %q", req.Kind)
 	}
 
 	sandboxed := p.Confining
-	if req.Kind == Skip && req.BypassSandbox {
+	if req.Kind == execcore.Skip && req.BypassSandbox {
 		sandboxed = false
 	}
 	if p.SandboxPermissions == "require_escalated" && alreadyApproved {

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"github.com/netproxy/netproxy/execcore"
 	"github.com/netproxy/netproxy/execcore/approvalpolicy"
 	"testing"
 
@@ -54,7 +55,7 @@ var (
 func TestOrchestrator(t *testing.T) {
 	cases := []struct {
 		name         string
-		req          Requirement
+		req          execcore.Requirement
 		policy       string
 		perms        string
 		answers      []Answer
@@ -64,24 +65,24 @@ func TestOrchestrator(t *testing.T) {
 		wantRejected string
 		wantDenied   bool
 	}{
-		{name: "forbidden runs nothing", req: Requirement{Kind: Forbidden, Reason: "no"}, policy: "on-request", results: []AttemptResult{ok}, wantRejected: "forbidden"},
-		{name: "skip runs sandboxed", req: Requirement{Kind: Skip}, policy: "on-request", results: []AttemptResult{ok}, wantSandbox: []bool{true}},
-		{name: "skip bypass runs unsandboxed", req: Requirement{Kind: Skip, BypassSandbox: true}, policy: "on-request", results: []AttemptResult{ok}, wantSandbox: []bool{false}},
-		{name: "approval denied runs nothing", req: Requirement{Kind: NeedsApproval}, policy: "untrusted", answers: []Answer{no}, results: []AttemptResult{ok}, wantAsked: 1, wantRejected: "approval"},
-		{name: "approval granted runs sandboxed", req: Requirement{Kind: NeedsApproval}, policy: "untrusted", answers: []Answer{yes}, results: []AttemptResult{ok}, wantSandbox: []bool{true}, wantAsked: 1},
-		{name: "approved escalation runs unsandboxed", req: Requirement{Kind: NeedsApproval}, policy: "on-request", perms: "require_escalated", answers: []Answer{yes}, results: []AttemptResult{ok}, wantSandbox: []bool{false}, wantAsked: 1},
-		{name: "unapproved escalation stays sandboxed", req: Requirement{Kind: Skip}, policy: "on-request", perms: "require_escalated", results: []AttemptResult{ok}, wantSandbox: []bool{true}},
-		{name: "on-request denial is reported, no retry", req: Requirement{Kind: Skip}, policy: "on-request", results: []AttemptResult{erofs}, wantSandbox: []bool{true}, wantDenied: true},
-		{name: "never denial is reported, no retry", req: Requirement{Kind: Skip}, policy: "never", results: []AttemptResult{erofs}, wantSandbox: []bool{true}, wantDenied: true},
-		{name: "untrusted denial asks and retries", req: Requirement{Kind: Skip}, policy: "untrusted", answers: []Answer{yes}, results: []AttemptResult{erofs, ok}, wantSandbox: []bool{true, false}, wantAsked: 1, wantDenied: true},
-		{name: "untrusted denial, retry refused", req: Requirement{Kind: Skip}, policy: "untrusted", answers: []Answer{no}, results: []AttemptResult{erofs}, wantSandbox: []bool{true}, wantAsked: 1, wantDenied: true},
-		{name: "already approved retries without asking", req: Requirement{Kind: NeedsApproval}, policy: "untrusted", answers: []Answer{yes}, results: []AttemptResult{erofs, ok}, wantSandbox: []bool{true, false}, wantAsked: 1, wantDenied: true},
-		{name: "granular sandbox_approval retries", req: Requirement{Kind: Skip}, policy: "granular:sandbox_approval", answers: []Answer{yes}, results: []AttemptResult{erofs, ok}, wantSandbox: []bool{true, false}, wantAsked: 1, wantDenied: true},
-		{name: "granular without sandbox_approval does not", req: Requirement{Kind: Skip}, policy: "granular:rules", results: []AttemptResult{erofs}, wantSandbox: []bool{true}, wantDenied: true},
-		{name: "network denial is never retried unsandboxed", req: Requirement{Kind: Skip}, policy: "untrusted", answers: []Answer{yes}, results: []AttemptResult{netDen}, wantSandbox: []bool{true}, wantDenied: true},
-		{name: "timeout is not a denial", req: Requirement{Kind: Skip}, policy: "untrusted", results: []AttemptResult{{Result: sandbox.Result{ExitCode: 124, TimedOut: true}, Stderr: []byte("permission denied")}}, wantSandbox: []bool{true}},
-		{name: "denied_by_user ends the run", req: Requirement{Kind: Skip}, policy: "untrusted", results: []AttemptResult{{Result: sandbox.Result{ExitCode: 137}, DeniedByUser: true, Stderr: []byte("permission denied")}}, wantSandbox: []bool{true}},
-		{name: "unsandboxed failure is not a denial", req: Requirement{Kind: Skip, BypassSandbox: true}, policy: "untrusted", results: []AttemptResult{erofs}, wantSandbox: []bool{false}},
+		{name: "forbidden runs nothing", req: execcore.Requirement{Kind: execcore.Forbidden, Reason: "no"}, policy: "on-request", results: []AttemptResult{ok}, wantRejected: "forbidden"},
+		{name: "skip runs sandboxed", req: execcore.Requirement{Kind: execcore.Skip}, policy: "on-request", results: []AttemptResult{ok}, wantSandbox: []bool{true}},
+		{name: "skip bypass runs unsandboxed", req: execcore.Requirement{Kind: execcore.Skip, BypassSandbox: true}, policy: "on-request", results: []AttemptResult{ok}, wantSandbox: []bool{false}},
+		{name: "approval denied runs nothing", req: execcore.Requirement{Kind: execcore.NeedsApproval}, policy: "untrusted", answers: []Answer{no}, results: []AttemptResult{ok}, wantAsked: 1, wantRejected: "approval"},
+		{name: "approval granted runs sandboxed", req: execcore.Requirement{Kind: execcore.NeedsApproval}, policy: "untrusted", answers: []Answer{yes}, results: []AttemptResult{ok}, wantSandbox: []bool{true}, wantAsked: 1},
+		{name: "approved escalation runs unsandboxed", req: execcore.Requirement{Kind: execcore.NeedsApproval}, policy: "on-request", perms: "require_escalated", answers: []Answer{yes}, results: []AttemptResult{ok}, wantSandbox: []bool{false}, wantAsked: 1},
+		{name: "unapproved escalation stays sandboxed", req: execcore.Requirement{Kind: execcore.Skip}, policy: "on-request", perms: "require_escalated", results: []AttemptResult{ok}, wantSandbox: []bool{true}},
+		{name: "on-request denial is reported, no retry", req: execcore.Requirement{Kind: execcore.Skip}, policy: "on-request", results: []AttemptResult{erofs}, wantSandbox: []bool{true}, wantDenied: true},
+		{name: "never denial is reported, no retry", req: execcore.Requirement{Kind: execcore.Skip}, policy: "never", results: []AttemptResult{erofs}, wantSandbox: []bool{true}, wantDenied: true},
+		{name: "untrusted denial asks and retries", req: execcore.Requirement{Kind: execcore.Skip}, policy: "untrusted", answers: []Answer{yes}, results: []AttemptResult{erofs, ok}, wantSandbox: []bool{true, false}, wantAsked: 1, wantDenied: true},
+		{name: "untrusted denial, retry refused", req: execcore.Requirement{Kind: execcore.Skip}, policy: "untrusted", answers: []Answer{no}, results: []AttemptResult{erofs}, wantSandbox: []bool{true}, wantAsked: 1, wantDenied: true},
+		{name: "already approved retries without asking", req: execcore.Requirement{Kind: execcore.NeedsApproval}, policy: "untrusted", answers: []Answer{yes}, results: []AttemptResult{erofs, ok}, wantSandbox: []bool{true, false}, wantAsked: 1, wantDenied: true},
+		{name: "granular sandbox_approval retries", req: execcore.Requirement{Kind: execcore.Skip}, policy: "granular:sandbox_approval", answers: []Answer{yes}, results: []AttemptResult{erofs, ok}, wantSandbox: []bool{true, false}, wantAsked: 1, wantDenied: true},
+		{name: "granular without sandbox_approval does not", req: execcore.Requirement{Kind: execcore.Skip}, policy: "granular:rules", results: []AttemptResult{erofs}, wantSandbox: []bool{true}, wantDenied: true},
+		{name: "network denial is never retried unsandboxed", req: execcore.Requirement{Kind: execcore.Skip}, policy: "untrusted", answers: []Answer{yes}, results: []AttemptResult{netDen}, wantSandbox: []bool{true}, wantDenied: true},
+		{name: "timeout is not a denial", req: execcore.Requirement{Kind: execcore.Skip}, policy: "untrusted", results: []AttemptResult{{Result: sandbox.Result{ExitCode: 124, TimedOut: true}, Stderr: []byte("permission denied")}}, wantSandbox: []bool{true}},
+		{name: "denied_by_user ends the run", req: execcore.Requirement{Kind: execcore.Skip}, policy: "untrusted", results: []AttemptResult{{Result: sandbox.Result{ExitCode: 137}, DeniedByUser: true, Stderr: []byte("permission denied")}}, wantSandbox: []bool{true}},
+		{name: "unsandboxed failure is not a denial", req: execcore.Requirement{Kind: execcore.Skip, BypassSandbox: true}, policy: "untrusted", results: []AttemptResult{erofs}, wantSandbox: []bool{false}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -124,7 +125,7 @@ func TestRetryQuestion(t *testing.T) {
 	ap := &scripted{answers: []Answer{yes}}
 	att, _ := attempts(erofs, ok)
 	pol, _ := approvalpolicy.Parse("untrusted")
-	if _, err := Run(context.Background(), Plan{Requirement: Requirement{Kind: Skip}, Policy: pol, Confining: true, Approver: ap, Attempt: att}); err != nil {
+	if _, err := Run(context.Background(), Plan{Requirement: execcore.Requirement{Kind: execcore.Skip}, Policy: pol, Confining: true, Approver: ap, Attempt: att}); err != nil {
 		t.Fatal(err)
 	}
 	if len(ap.asked) != 1 || !ap.asked[0].Retry || ap.asked[0].Reason != RetryReason {
@@ -136,7 +137,7 @@ func TestApproverErrorFailsClosed(t *testing.T) {
 	ap := &scripted{err: errors.New("no reviewer")}
 	att, ran := attempts(ok)
 	pol, _ := approvalpolicy.Parse("on-request")
-	out, err := Run(context.Background(), Plan{Requirement: Requirement{Kind: NeedsApproval}, Policy: pol, Confining: true, Approver: ap, Attempt: att})
+	out, err := Run(context.Background(), Plan{Requirement: execcore.Requirement{Kind: execcore.NeedsApproval}, Policy: pol, Confining: true, Approver: ap, Attempt: att})
 	if err != nil {
 		t.Fatal(err)
 	}
