@@ -165,6 +165,9 @@ func normalizeGlob(s string) (string, error) {
 	if s == "" {
 		return "", errors.New("empty pattern")
 	}
+	if s == "[*]" {
+		s = "*" // as ParsePattern spells it before a port is split off
+	}
 	if !isASCII(s) {
 		labels := strings.Split(s, ".")
 		for i, l := range labels {
