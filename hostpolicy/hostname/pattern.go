@@ -165,6 +165,9 @@ func normalizeGlob(s string) (string, error) {
 	if s == "" {
 		return "", errors.New("empty pattern")
 	}
+	if s == "[*]" {
+		s = "*" // as ParsePattern spells it before a port is split off
+	}
 	if !isASCII(s) {
 		labels := strings.Split(s, ".")
 		for i, l := range labels {
@@ -180,7 +183,10 @@ func normalizeGlob(s string) (string, error) {
 			}
 			labels[i] = lowerASCII(a)
 		}
-		s = strings.Join(labels, ".")
+		// IDNA may map a label to nothing (a soft hyphen): no trailing dot.
+		if s = strings.TrimRight(strings.Join(labels, "."), "."); s == "" {
+			return "", errors.New("empty pattern")
+		}
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
