@@ -540,15 +540,8 @@ func keepAlive(e *env, role string) {
 			start := time.Now()
 			c.SetDeadline(time.Now().Add(opTimeout))
 			fmt.Fprintf(c, "GET http://up.test:%d/blob?n=%d&seed=%d HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", e.upPort, n, seed, e.upPort)
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				e.st.fail(&e.st.lost, role, err.Error())
-				break
-			}
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				e.st.fail(&e.st.lost, role, "body: "+err.Error())
+			resp, body, ok := e.readAnswer(br, role)
+			if !ok {
 				break
 			}
 			want, _ := strconv.ParseUint(resp.Header.Get("X-Crc32"), 10, 32)
@@ -563,6 +556,23 @@ func keepAlive(e *env, role string) {
 		}
 		c.Close()
 	}
+}
+
+// readAnswer reads one response and its whole body; a failure is counted
+// as lost for role.
+func (e *env) readAnswer(br *bufio.Reader, role string) (*http.Response, []byte, bool) {
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		e.st.fail(&e.st.lost, role, err.Error())
+		return nil, nil, false
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		e.st.fail(&e.st.lost, role, "body: "+err.Error())
+		return nil, nil, false
+	}
+	return resp, body, true
 }
 
 // upload: POSTs of random bodies; the upstream answers length and CRC.
@@ -583,15 +593,8 @@ func upload(e *env, role string) {
 			c.SetDeadline(time.Now().Add(opTimeout))
 			fmt.Fprintf(c, "POST http://up.test:%d/upload HTTP/1.1\r\nHost: up.test:%d\r\nContent-Length: %d\r\n\r\n", e.upPort, e.upPort, len(body))
 			c.Write(body)
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				e.st.fail(&e.st.lost, role, err.Error())
-				break
-			}
-			got, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				e.st.fail(&e.st.lost, role, "body: "+err.Error())
+			resp, got, ok := e.readAnswer(br, role)
+			if !ok {
 				break
 			}
 			if want := fmt.Sprintf("%d %d", len(body), crc32.ChecksumIEEE(body)); resp.StatusCode != 200 || string(got) != want {
