@@ -80,10 +80,6 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 	}
 	// The handler goroutine (with its larger stack) ends here; the tunnel
 	// runs on fresh goroutines.
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		t.Run()
-	}()
+	t.Start(&h.wg)
 	return true
 }

@@ -201,11 +201,9 @@ func (h *HTTPProxy) splice(pc *plainConn, resp *http.Response, d hostpolicy.Deci
 		HalfCloseGrace: upgradeGrace,
 	}
 	pc.rw = respWriter{}
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		tn.Run()
-	}()
+	// The handler goroutine (with its larger stack) ends here; the tunnel
+	// runs on fresh goroutines.
+	tn.Start(&h.wg)
 	return connTaken
 }
 

@@ -66,6 +66,16 @@ func (noResolve) Resolve(ctx context.Context, name string) (context.Context, net
 type socksConn struct {
 	*Conn
 	muted atomic.Bool
+	// kept is set when a tunnel takes the connection over: the library's
+	// closing of it on return is then ignored.
+	kept atomic.Bool
+}
+
+func (c *socksConn) Close() error {
+	if c.kept.Load() {
+		return nil
+	}
+	return c.Conn.Close()
 }
 
 func (c *socksConn) Read(p []byte) (int, error) {
@@ -97,7 +107,19 @@ func (f ruleFunc) Allow(ctx context.Context, req *socks5.Request) (context.Conte
 // ServeConn runs one SOCKS5 connection.
 func (s *SOCKSProxy) ServeConn(ctx context.Context, c *Conn) {
 	sc := &socksConn{Conn: c}
-	defer sc.Close()
+	// tunnel is set once the handshake succeeded: it runs after the
+	// library returned, on fresh goroutines, so an open tunnel holds
+	// neither the library's reader and server nor this handler's stack.
+	var tunnel *Tunnel
+	defer func() {
+		if tunnel == nil {
+			sc.Close()
+			return
+		}
+		// The handler goroutine (with its larger stack) ends here; the tunnel
+		// runs on fresh goroutines.
+		tunnel.Start(&s.wg)
+	}()
 	c.SetDeadline(time.Now().Add(s.limits.HeaderTimeout))
 	var decision hostpolicy.Decision
 	var hreq hostpolicy.Request
@@ -154,8 +176,8 @@ func (s *SOCKSProxy) ServeConn(ctx context.Context, c *Conn) {
 			return nil, err
 		}
 		sc.muted.Store(true)
-		t := &Tunnel{Client: c.TCPConn, Upstream: up, Idle: s.limits.IdleTimeout, Protocol: hostpolicy.ProtoSOCKS5, Meter: s.core.Meter}
-		t.Run()
+		sc.kept.Store(true)
+		tunnel = &Tunnel{Client: c.TCPConn, Upstream: up, Idle: s.limits.IdleTimeout, Protocol: hostpolicy.ProtoSOCKS5, Meter: s.core.Meter, Owner: c}
 		return nil, errTunnelDone
 	}
 	srv, err := socks5.New(&socks5.Config{

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -45,23 +46,72 @@ type Tunnel struct {
 	last atomic.Int64 // unix nanos of the last byte moved
 }
 
-// Run blocks until the tunnel is finished. Both sockets are closed on return.
-func (t *Tunnel) Run() {
-	t.last.Store(time.Now().UnixNano())
-	defer func() {
-		t.Client.Close()
-		t.Upstream.Close()
-		if t.Owner != nil {
-			t.Owner.Close()
+// Start prepares the tunnel on the caller's goroutine and runs it on two
+// new ones; wg (when set) counts the tunnel until it is finished.
+//
+// An idle tunnel holds two parked goroutines and nothing else: no buffer,
+// no splice pipe, no timer. Everything with a deep call chain (the early
+// bytes' write, arming the inactivity deadlines) happens here, so the two
+// goroutines wait with the runtime's smallest stack; the deep splice path
+// runs only while bytes flow.
+func (t *Tunnel) Start(wg *sync.WaitGroup) {
+	if !t.prepare() {
+		t.finish()
+		return
+	}
+	if wg != nil {
+		wg.Add(1)
+	}
+	go func() {
+		t.run()
+		if wg != nil {
+			wg.Done()
 		}
 	}()
+}
+
+// Run blocks until the tunnel is finished. Both sockets are closed on return.
+func (t *Tunnel) Run() {
+	if t.prepare() {
+		t.run()
+		return
+	}
+	t.finish()
+}
+
+// prepare writes the early bytes and arms both directions' inactivity
+// deadlines; false means the tunnel is already over.
+func (t *Tunnel) prepare() bool {
+	t.last.Store(time.Now().UnixNano())
 	if len(t.Early) > 0 {
 		n, err := t.Upstream.Write(t.Early)
 		t.Meter.Bytes("up", string(t.Protocol), int64(n))
+		t.Early = nil
 		if err != nil {
-			return
+			return false
 		}
 	}
+	if t.Idle > 0 {
+		// A read deadline lives in the socket's poll descriptor: the
+		// inactivity limit costs no allocation and no timer of its own.
+		at := time.Now().Add(t.Idle)
+		t.Client.SetReadDeadline(at)
+		t.Upstream.SetReadDeadline(at)
+	}
+	return true
+}
+
+// finish closes both sockets and the owner.
+func (t *Tunnel) finish() {
+	t.Client.Close()
+	t.Upstream.Close()
+	if t.Owner != nil {
+		t.Owner.Close()
+	}
+}
+
+func (t *Tunnel) run() {
+	defer t.finish()
 	var wg sync.WaitGroup
 	var ended func() // nil unless HalfCloseGrace: CONNECT tunnels pay nothing
 	if t.HalfCloseGrace > 0 {
@@ -116,18 +166,8 @@ func (t *Tunnel) pipe(dst, src *net.TCPConn, dir string) {
 			src.CloseRead()
 			return
 		}
-		deadline := time.Now().Add(busyWindow)
-		if t.Idle > 0 {
-			if idleAt := time.Unix(0, t.last.Load()).Add(t.Idle); idleAt.Before(deadline) {
-				deadline = idleAt
-			}
-		}
-		src.SetReadDeadline(deadline)
-		n, err := io.Copy(dst, src)
+		n, err := t.burst(dst, src)
 		total += n
-		if n > 0 {
-			t.last.Store(time.Now().UnixNano())
-		}
 		if err == nil { // orderly EOF
 			dst.CloseWrite()
 			src.CloseRead()
@@ -141,55 +181,85 @@ func (t *Tunnel) pipe(dst, src *net.TCPConn, dir string) {
 	}
 }
 
+// burst splices src → dst until EOF, an error, or a window passes without
+// a byte; it returns with src's inactivity deadline re-armed.
+func (t *Tunnel) burst(dst, src *net.TCPConn) (int64, error) {
+	window := busyWindow
+	if t.Idle > 0 && t.Idle/2 < window {
+		window = t.Idle / 2 // the other direction must see this one's bytes in time
+	}
+	var total int64
+	for {
+		src.SetReadDeadline(time.Now().Add(window))
+		n, err := io.Copy(dst, src)
+		total += n
+		if n > 0 {
+			t.last.Store(time.Now().UnixNano())
+		}
+		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && n > 0 {
+			continue // still busy: a new window from now
+		}
+		t.armIdle(src)
+		return total, err
+	}
+}
+
+// armIdle sets src's read deadline to the tunnel's idle limit, counted
+// from the last byte either way (none when there is no limit).
+func (t *Tunnel) armIdle(src *net.TCPConn) {
+	if t.Idle > 0 {
+		src.SetReadDeadline(time.Unix(0, t.last.Load()).Add(t.Idle))
+	} else {
+		src.SetReadDeadline(time.Time{})
+	}
+}
+
 // waitReadable waits until src has data or reached EOF and returns the
-// number of bytes queued (0 at EOF). It honours the idle timeout, which
-// counts activity in both directions.
+// number of bytes queued (0 at EOF). It holds no buffer. Its deadline is the
+// idle limit: when it passes while the other direction moved bytes, the
+// wait goes on from the last byte; otherwise the tunnel is idle.
 func (t *Tunnel) waitReadable(src *net.TCPConn) (int, error) {
 	raw, err := src.SyscallConn()
 	if err != nil {
 		return 0, err
 	}
 	for {
-		if t.Idle > 0 {
-			src.SetReadDeadline(time.Unix(0, t.last.Load()).Add(t.Idle))
-		} else {
-			src.SetReadDeadline(time.Time{}) // clear the busy window's deadline
-		}
 		var avail int
 		var serr error
 		err = raw.Read(func(fd uintptr) bool {
-			var b [1]byte
-			n, _, e := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-			switch {
-			case e == unix.EAGAIN || e == unix.EINTR:
-				return false
-			case e != nil:
-				serr = e
-			case n == 0:
-				avail = 0
-			default:
-				avail, e = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
-				if e != nil || avail < 1 {
-					avail = 1
-				}
-			}
-			return true
+			avail, serr = peekQueued(int(fd))
+			return serr != unix.EAGAIN && serr != unix.EINTR
 		})
 		if err == nil {
-			if t.Idle > 0 {
-				src.SetReadDeadline(time.Time{})
-			}
 			return avail, serr
 		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			// The other direction may have been busy: idle only when
-			// neither moved a byte for the whole period.
-			if time.Since(time.Unix(0, t.last.Load())) < t.Idle {
-				continue
-			}
+		if errors.Is(err, os.ErrDeadlineExceeded) && t.Idle > 0 &&
+			time.Since(time.Unix(0, t.last.Load())) < t.Idle {
+			t.armIdle(src)
+			continue
 		}
 		return 0, err
 	}
+}
+
+// peekQueued reports how many bytes fd has queued (0 at EOF) without
+// consuming any: EAGAIN when there is nothing yet. It allocates nothing
+// (unix.Recvfrom would build the peer's address on every call).
+func peekQueued(fd int) (int, error) {
+	var b [1]byte
+	n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1,
+		unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	switch {
+	case errno != 0:
+		return 0, errno
+	case n == 0:
+		return 0, nil
+	}
+	avail, err := unix.IoctlGetInt(fd, unix.SIOCINQ)
+	if err != nil || avail < 1 {
+		avail = 1
+	}
+	return avail, nil
 }
 
 // rawTCP returns the socket under an admitted connection.
