@@ -56,7 +56,7 @@ func TestAddressEntries(t *testing.T) {
 		{"127.0.0.1", ReasonNone, "127.0.0.1"},
 		{"loop.test", ReasonNotAllowedLocal, ""},
 	} {
-		d := e.Evaluate(context.Background(), Request{Host: c.host, Port: 443, Protocol: ProtoHTTP, Method: "GET"})
+		d := e.Evaluate(context.Background(), Request{Trace: true, Host: c.host, Port: 443, Protocol: ProtoHTTP, Method: "GET"})
 		if d.Reason != c.want || (c.pat != "" && d.Pattern != c.pat) {
 			t.Errorf("%s: reason %q pattern %q, want %q %q (%+v)", c.host, d.Reason, d.Pattern, c.want, c.pat, d.Steps)
 		}
@@ -123,7 +123,7 @@ func (d *deciderThatChanges) Decide(_ context.Context, req Request, base Decisio
 func TestDeciderAllowRecheckedAgainstCurrentPolicy(t *testing.T) {
 	res := &recordingResolver{answer: map[string][]netip.Addr{"late.test": {netip.MustParseAddr("203.0.114.7")}}}
 	ctx := context.Background()
-	req := Request{Host: "late.test", Port: 443, Protocol: ProtoHTTPS, Method: "CONNECT"}
+	req := Request{Trace: true, Host: "late.test", Port: 443, Protocol: ProtoHTTPS, Method: "CONNECT"}
 
 	var e *Engine
 	dec := &deciderThatChanges{}
@@ -206,7 +206,7 @@ func TestMITMAdmission(t *testing.T) {
 	}
 	dec := &recordingDecider{verdict: Allow}
 	e := NewEngine(p, dec)
-	req := Request{Host: "ok.test", Port: 443, Protocol: ProtoHTTPS, Method: "CONNECT"}
+	req := Request{Trace: true, Host: "ok.test", Port: 443, Protocol: ProtoHTTPS, Method: "CONNECT"}
 	if d := e.Evaluate(context.Background(), req); !d.Allowed() || !d.Intercept || d.Source != SourceBaseline {
 		t.Fatalf("baseline CONNECT: %+v", d)
 	}
@@ -221,7 +221,7 @@ func TestMITMAdmission(t *testing.T) {
 		t.Fatalf("session-cache CONNECT: %+v", d)
 	}
 	// SOCKS5 cannot be intercepted.
-	if d := e.Evaluate(context.Background(), Request{Host: "ok.test", Port: 443, Protocol: ProtoSOCKS5}); d.Reason != ReasonMITMRequired {
+	if d := e.Evaluate(context.Background(), Request{Trace: true, Host: "ok.test", Port: 443, Protocol: ProtoSOCKS5}); d.Reason != ReasonMITMRequired {
 		t.Fatalf("SOCKS5: %+v", d)
 	}
 }

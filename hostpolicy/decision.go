@@ -72,6 +72,11 @@ type Request struct {
 	ExecutionID   string
 	SessionID     string
 	EnvironmentID string
+
+	// Trace asks for Decision.Steps (netproxy check). The data path leaves
+	// it off: nothing there reads the steps, and recording them costs an
+	// allocation and string building on every request.
+	Trace bool
 }
 
 // StepName names a stage of the chain as `netproxy check` reports it

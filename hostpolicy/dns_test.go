@@ -152,12 +152,12 @@ func TestEngineDNSThroughRealServer(t *testing.T) {
 		"v6ula.test": ReasonNotAllowedLocal, "mapped.test": ReasonNotAllowedLocal, "nat64.test": ReasonNotAllowedLocal,
 		"slow.test": ReasonNotAllowedLocal, "nxdomain.test": ReasonNotAllowedLocal,
 	} {
-		d := e.Evaluate(context.Background(), Request{Host: host, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
+		d := e.Evaluate(context.Background(), Request{Trace: true, Host: host, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
 		if d.Reason != want {
 			t.Errorf("%s: reason %q, want %q (steps %+v)", host, d.Reason, want, d.Steps)
 		}
 	}
-	d := e.Evaluate(context.Background(), Request{Host: "pub.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"})
+	d := e.Evaluate(context.Background(), Request{Trace: true, Host: "pub.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"})
 	if len(d.Addrs) != 1 || d.Addrs[0].String() != "8.8.8.8" {
 		t.Errorf("allowed decision must pin the checked addresses, got %v", d.Addrs)
 	}

@@ -377,7 +377,7 @@ func (s *Snapshot) hostDecision(ctx context.Context, req Request) Decision {
 // an allowed local literal); otherwise d is not_allowed or an allow that
 // still needs step 5.
 func (s *Snapshot) chain(req Request) (d Decision, t target, final bool) {
-	return s.chainTraced(req, true)
+	return s.chainTraced(req, req.Trace)
 }
 
 // chainTraced is chain; without trace no step is recorded (the shadow and

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -62,7 +63,7 @@ func checkSteps(t *testing.T, host string, d Decision) {
 func runRows(t *testing.T, name string, e *Engine, rows []row) {
 	t.Helper()
 	for _, r := range rows {
-		d := e.Evaluate(context.Background(), Request{Host: r.host, Port: 443, Protocol: ProtoHTTP, Method: "GET"})
+		d := e.Evaluate(context.Background(), Request{Trace: true, Host: r.host, Port: 443, Protocol: ProtoHTTP, Method: "GET"})
 		checkSteps(t, r.host, d)
 		got := d.Reason
 		if d.Verdict == Allow {
@@ -159,7 +160,7 @@ func TestSSRFSpellings(t *testing.T) {
 		"private.test", "rebind.test", "v6private.test", "nonexistent.invalid",
 	}
 	for _, h := range local {
-		d := e.Evaluate(context.Background(), Request{Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
+		d := e.Evaluate(context.Background(), Request{Trace: true, Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
 		if d.Allowed() || d.Reason != ReasonNotAllowedLocal {
 			t.Errorf("%q → %s %q (host %q), want deny not_allowed_local", h, d.Verdict, d.Reason, d.Host)
 		}
@@ -167,7 +168,7 @@ func TestSSRFSpellings(t *testing.T) {
 	invalid := []string{"127.0.0.1%25eth0", "127%252e0%252e0%252e1", "1.2.3.4.5", "256.0.0.1", "08.0.0.1",
 		"127.0.0.1/", "localhost%00", "[127.0.0.1]", "0x7f.0.0.1.2", "*.localhost", "loc alhost"}
 	for _, h := range invalid {
-		d := e.Evaluate(context.Background(), Request{Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
+		d := e.Evaluate(context.Background(), Request{Trace: true, Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
 		checkSteps(t, h, d)
 		if d.Allowed() {
 			t.Errorf("%q was allowed (host %q)", h, d.Host)
@@ -176,7 +177,7 @@ func TestSSRFSpellings(t *testing.T) {
 	public := []string{"8.8.8.8", "134744072", "0x08080808", "[::ffff:8.8.8.8]", "[64:ff9b::808:808]",
 		"[2002:808:808::1]", "[2606:4700::1111]", "example.com", "v6.test"}
 	for _, h := range public {
-		d := e.Evaluate(context.Background(), Request{Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
+		d := e.Evaluate(context.Background(), Request{Trace: true, Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
 		if !d.Allowed() {
 			t.Errorf("public %q → %s %q, want allow", h, d.Verdict, d.Reason)
 		}
@@ -190,7 +191,7 @@ func TestDenyCatchesEverySpelling(t *testing.T) {
 	e := newTestEngine(mustCompile(t, map[string]string{"*": "allow", "127.0.0.1": "deny", "169.254.169.254": "deny", "[::1]": "deny"}, true), staticOnly{staticResolver(nil)}, ModeFull, nil)
 	for _, h := range []string{"127.1", "2130706433", "0x7f000001", "0177.0.0.1", "127。0。0。1", "127%2e0%2e0%2e1",
 		"[::ffff:127.0.0.1]", "2852039166", "0xa9.0xfe.0xa9.0xfe", "[::ffff:a9fe:a9fe]", "[0:0:0:0:0:0:0:1]", "::1"} {
-		d := e.Evaluate(context.Background(), Request{Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
+		d := e.Evaluate(context.Background(), Request{Trace: true, Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
 		if d.Reason != ReasonDenied {
 			t.Errorf("%q → %s %q, want denied", h, d.Verdict, d.Reason)
 		}
@@ -200,7 +201,7 @@ func TestDenyCatchesEverySpelling(t *testing.T) {
 func TestDecisionFieldsAndSteps(t *testing.T) {
 	e := newTestEngine(mustCompile(t, map[string]string{"*.wild.test": "allow", "bad.test": "deny", "127.0.0.1": "allow"}, false),
 		staticOnly{staticResolver(map[string][]string{"a.wild.test": {"93.184.216.34"}})}, ModeFull, nil)
-	d := e.Evaluate(context.Background(), Request{Host: "A.Wild.Test.:8443", Port: 8443, Protocol: ProtoHTTP, Method: "GET"})
+	d := e.Evaluate(context.Background(), Request{Trace: true, Host: "A.Wild.Test.:8443", Port: 8443, Protocol: ProtoHTTP, Method: "GET"})
 	if !d.Allowed() || d.Host != "a.wild.test" || d.Pattern != "*.wild.test" || d.Source != SourceBaseline || len(d.Addrs) != 1 || d.LocalLiteral {
 		t.Fatalf("allowed decision wrong: %+v", d)
 	}
@@ -214,11 +215,11 @@ func TestDecisionFieldsAndSteps(t *testing.T) {
 	if strings.Join(got, ",") != strings.Join(wantSteps, ",") {
 		t.Fatalf("steps %v, want %v", got, wantSteps)
 	}
-	d = e.Evaluate(context.Background(), Request{Host: "bad.test", Port: 80})
+	d = e.Evaluate(context.Background(), Request{Trace: true, Host: "bad.test", Port: 80})
 	if d.Reason != ReasonDenied || d.Pattern != "bad.test" || d.Steps[0] != (Step{Step: "deny", Result: "hit", Detail: "bad.test"}) {
 		t.Fatalf("denied decision wrong: %+v", d)
 	}
-	d = e.Evaluate(context.Background(), Request{Host: "127.0.0.1", Port: 80})
+	d = e.Evaluate(context.Background(), Request{Trace: true, Host: "127.0.0.1", Port: 80})
 	if !d.Allowed() || !d.LocalLiteral || len(d.Addrs) != 1 || d.Addrs[0] != netip.MustParseAddr("127.0.0.1") {
 		t.Fatalf("local literal decision wrong: %+v", d)
 	}
@@ -245,7 +246,7 @@ func TestDeciderOnlyForNotAllowed(t *testing.T) {
 	e := newTestEngine(mustCompile(t, map[string]string{"ok.test": "allow", "bad.test": "deny"}, false), res, ModeFull, dec)
 	ctx := context.Background()
 	for _, h := range []string{"bad.test", "10.0.0.1", "ok.test"} {
-		d := e.Evaluate(ctx, Request{Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
+		d := e.Evaluate(ctx, Request{Trace: true, Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
 		if h != "ok.test" && (d.Allowed() || d.Source != SourceBaseline) {
 			t.Errorf("%s: decider must not override %s", h, d.Reason)
 		}
@@ -257,7 +258,7 @@ func TestDeciderOnlyForNotAllowed(t *testing.T) {
 	// not_allowed; once the decider allows it, it is resolved and judged, and
 	// a private answer or a failed lookup is final not_allowed_local.
 	for _, h := range []string{"private.test", "gone.invalid"} {
-		d := e.Evaluate(ctx, Request{Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
+		d := e.Evaluate(ctx, Request{Trace: true, Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
 		if d.Allowed() || d.Reason != ReasonNotAllowedLocal || d.Source != SourceBaseline {
 			t.Errorf("%s: decider allow must be judged after resolving: %+v", h, d)
 		}
@@ -266,7 +267,7 @@ func TestDeciderOnlyForNotAllowed(t *testing.T) {
 		t.Fatalf("decider calls %v, want private.test and gone.invalid", dec.calls)
 	}
 	dec.calls = nil
-	d := e.Evaluate(ctx, Request{Host: "unknown.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"})
+	d := e.Evaluate(ctx, Request{Trace: true, Host: "unknown.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"})
 	if !d.Allowed() || d.Source != SourceDecider || d.ApprovalID != "ap1" || len(d.Addrs) != 1 {
 		t.Fatalf("decider allow: %+v", d)
 	}
@@ -274,13 +275,13 @@ func TestDeciderOnlyForNotAllowed(t *testing.T) {
 		t.Fatalf("decider calls %v", dec.calls)
 	}
 	dec.verdict = Ask
-	d = e.Evaluate(ctx, Request{Host: "unknown.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"})
+	d = e.Evaluate(ctx, Request{Trace: true, Host: "unknown.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"})
 	if d.Verdict != Ask || d.Reason != ReasonNotAllowed || d.Source != SourceDecider {
 		t.Fatalf("decider ask: %+v", d)
 	}
 	// Without a decider not_allowed is final from the baseline.
 	e2 := newTestEngine(mustCompile(t, nil, false), res, ModeFull, nil)
-	if d := e2.Evaluate(ctx, Request{Host: "unknown.test", Port: 80}); d.Verdict != Deny || d.Reason != ReasonNotAllowed || d.Source != SourceBaseline {
+	if d := e2.Evaluate(ctx, Request{Trace: true, Host: "unknown.test", Port: 80}); d.Verdict != Deny || d.Reason != ReasonNotAllowed || d.Source != SourceBaseline {
 		t.Fatalf("no decider: %+v", d)
 	}
 }
@@ -295,18 +296,18 @@ func TestLimitedMode(t *testing.T) {
 		reason Reason
 		source Source
 	}{
-		{Request{Host: "ok.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"}, ReasonNone, SourceBaseline},
-		{Request{Host: "ok.test", Port: 80, Protocol: ProtoHTTP, Method: "head"}, ReasonNone, SourceBaseline},
-		{Request{Host: "ok.test", Port: 80, Protocol: ProtoHTTP, Method: "OPTIONS"}, ReasonNone, SourceBaseline},
-		{Request{Host: "ok.test", Port: 80, Protocol: ProtoHTTP, Method: "POST"}, ReasonMethodNotAllowed, SourceModeGuard},
-		{Request{Host: "ok.test", Port: 80, Protocol: ProtoHTTP, Method: "DELETE"}, ReasonMethodNotAllowed, SourceModeGuard},
-		{Request{Host: "ok.test", Port: 443, Protocol: ProtoHTTPS, Method: "CONNECT"}, ReasonMITMRequired, SourceModeGuard},
-		{Request{Host: "ok.test", Port: 443, Protocol: ProtoSOCKS5}, ReasonMITMRequired, SourceModeGuard},
-		{Request{Host: "ok.test", Port: 22, Protocol: ProtoSOCKS5}, ReasonMethodNotAllowed, SourceModeGuard},
-		{Request{Host: "bad.test", Port: 80, Protocol: ProtoHTTP, Method: "POST"}, ReasonDenied, SourceBaseline},
+		{Request{Trace: true, Host: "ok.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"}, ReasonNone, SourceBaseline},
+		{Request{Trace: true, Host: "ok.test", Port: 80, Protocol: ProtoHTTP, Method: "head"}, ReasonNone, SourceBaseline},
+		{Request{Trace: true, Host: "ok.test", Port: 80, Protocol: ProtoHTTP, Method: "OPTIONS"}, ReasonNone, SourceBaseline},
+		{Request{Trace: true, Host: "ok.test", Port: 80, Protocol: ProtoHTTP, Method: "POST"}, ReasonMethodNotAllowed, SourceModeGuard},
+		{Request{Trace: true, Host: "ok.test", Port: 80, Protocol: ProtoHTTP, Method: "DELETE"}, ReasonMethodNotAllowed, SourceModeGuard},
+		{Request{Trace: true, Host: "ok.test", Port: 443, Protocol: ProtoHTTPS, Method: "CONNECT"}, ReasonMITMRequired, SourceModeGuard},
+		{Request{Trace: true, Host: "ok.test", Port: 443, Protocol: ProtoSOCKS5}, ReasonMITMRequired, SourceModeGuard},
+		{Request{Trace: true, Host: "ok.test", Port: 22, Protocol: ProtoSOCKS5}, ReasonMethodNotAllowed, SourceModeGuard},
+		{Request{Trace: true, Host: "bad.test", Port: 80, Protocol: ProtoHTTP, Method: "POST"}, ReasonDenied, SourceBaseline},
 		// a reviewer's allow does not lift the method restriction
-		{Request{Host: "other.test", Port: 80, Protocol: ProtoHTTP, Method: "POST"}, ReasonMethodNotAllowed, SourceModeGuard},
-		{Request{Host: "other.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"}, ReasonNone, SourceDecider},
+		{Request{Trace: true, Host: "other.test", Port: 80, Protocol: ProtoHTTP, Method: "POST"}, ReasonMethodNotAllowed, SourceModeGuard},
+		{Request{Trace: true, Host: "other.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"}, ReasonNone, SourceDecider},
 	}
 	for _, c := range cases {
 		d := e.Evaluate(ctx, c.req)
@@ -321,7 +322,7 @@ func TestSwapAndAmend(t *testing.T) {
 	e := newTestEngine(mustCompile(t, map[string]string{"a.test": "allow"}, false), res, ModeFull, nil)
 	ctx := context.Background()
 	ev := func(h string) Decision {
-		return e.Evaluate(ctx, Request{Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
+		return e.Evaluate(ctx, Request{Trace: true, Host: h, Port: 80, Protocol: ProtoHTTP, Method: "GET"})
 	}
 	if !ev("a.test").Allowed() || ev("b.test").Allowed() {
 		t.Fatal("initial policy")
@@ -360,7 +361,7 @@ func TestConcurrentEvaluateSwapAmend(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := 0; j < 500; j++ {
-				e.Evaluate(context.Background(), Request{Host: "a.test", Port: 80})
+				e.Evaluate(context.Background(), Request{Trace: true, Host: "a.test", Port: 80})
 			}
 		}()
 	}
@@ -450,7 +451,7 @@ func TestLocalhostVariants(t *testing.T) {
 		"localhost": ReasonNotAllowedLocal, "localhost.": ReasonNotAllowedLocal, "LOCALHOST": ReasonNotAllowedLocal,
 		"127.0.0.1": ReasonNotAllowedLocal, "::1": ReasonNotAllowedLocal, "1.2.3.4": ReasonNone, "notlocalhost": ReasonNone,
 	} {
-		d := e.Evaluate(context.Background(), Request{Host: h, Port: 80})
+		d := e.Evaluate(context.Background(), Request{Trace: true, Host: h, Port: 80})
 		if d.Reason != want {
 			t.Errorf("%s: %q, want %q", h, d.Reason, want)
 		}
@@ -461,7 +462,7 @@ func TestLocalhostVariants(t *testing.T) {
 func TestAmendReferenceRows(t *testing.T) {
 	res := staticOnly{staticResolver(map[string][]string{"example.com": {"93.184.216.34"}})}
 	ctx := context.Background()
-	req := Request{Host: "example.com", Port: 443}
+	req := Request{Trace: true, Host: "example.com", Port: 443}
 
 	// add_denied_domain_removes_matching_allow_entry
 	e := newTestEngine(mustCompile(t, map[string]string{"example.com": "allow"}, false), res, ModeFull, nil)
@@ -477,11 +478,11 @@ func TestAmendReferenceRows(t *testing.T) {
 
 	// add_denied_domain_forces_block_with_global_wildcard_allowlist
 	e = newTestEngine(mustCompile(t, map[string]string{"*": "allow"}, false), res, ModeFull, nil)
-	if !e.Evaluate(ctx, Request{Host: "8.8.8.8", Port: 443}).Allowed() {
+	if !e.Evaluate(ctx, Request{Trace: true, Host: "8.8.8.8", Port: 443}).Allowed() {
 		t.Fatal("8.8.8.8 under '*'")
 	}
 	e.Amend("8.8.8.8", Deny)
-	if d := e.Evaluate(ctx, Request{Host: "8.8.8.8", Port: 443}); d.Reason != ReasonDenied {
+	if d := e.Evaluate(ctx, Request{Trace: true, Host: "8.8.8.8", Port: 443}); d.Reason != ReasonDenied {
 		t.Errorf("amended deny under '*': %+v", d)
 	}
 
@@ -492,5 +493,29 @@ func TestAmendReferenceRows(t *testing.T) {
 	e.Amend("ExAmPlE.CoM", Allow)
 	if d := e.Evaluate(ctx, req); d.Reason != ReasonDenied {
 		t.Errorf("configured deny must stay final: %+v", d)
+	}
+}
+
+// TestTraceOnlyAddsSteps: the data path evaluates without a trace; the
+// decision must be the one `netproxy check` shows, steps aside.
+func TestTraceOnlyAddsSteps(t *testing.T) {
+	e := newTestEngine(mustCompile(t, map[string]string{"ok.test": "allow", "*.wild.test": "allow", "bad.test": "deny", "10.0.0.0/8": "allow"}, false),
+		staticOnly{staticResolver(map[string][]string{"ok.test": {"8.8.8.8"}, "a.wild.test": {"10.1.2.3"}})}, ModeFull, nil)
+	for _, h := range []string{"ok.test", "a.wild.test", "bad.test", "other.test", "10.9.9.9", "127.0.0.1", "localhost", "[::1]", "", "8.8.8.8"} {
+		req := Request{Host: h, Port: 443, Protocol: ProtoHTTPS, Method: "CONNECT"}
+		plain := e.Evaluate(context.Background(), req)
+		req.Trace = true
+		traced := e.Evaluate(context.Background(), req)
+		if len(plain.Steps) != 0 {
+			t.Errorf("%q: untraced decision has steps %v", h, plain.Steps)
+		}
+		if len(traced.Steps) == 0 {
+			t.Errorf("%q: traced decision has no steps", h)
+		}
+		plain.Steps, traced.Steps = nil, nil
+		plain.noTrace, traced.noTrace = false, false
+		if !reflect.DeepEqual(plain, traced) {
+			t.Errorf("%q: untraced %+v\n  traced %+v", h, plain, traced)
+		}
 	}
 }

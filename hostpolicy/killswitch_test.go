@@ -61,7 +61,7 @@ func TestDisabledBeatsEverything(t *testing.T) {
 			}
 			wantDisabled(t, "EvaluateHost "+req.Host, e.EvaluateHost(ctx, req))
 		}
-		if d := e.Evaluate(ctx, Request{Host: "OK.Test.", Port: 443, Protocol: ProtoHTTPS}); d.Host != "ok.test" {
+		if d := e.Evaluate(ctx, Request{Trace: true, Host: "OK.Test.", Port: 443, Protocol: ProtoHTTPS}); d.Host != "ok.test" {
 			t.Errorf("the decision names the normalised host: %q", d.Host)
 		}
 	}
@@ -74,7 +74,7 @@ func TestDisabledBeatsEverything(t *testing.T) {
 
 	// Even '*' with local binding on is off when the proxy is.
 	e := newTestEngine(compileEnabled(t, false, map[string]string{"*": "allow"}, true), res, ModeFull, nil)
-	wantDisabled(t, "star", e.Evaluate(ctx, Request{Host: "example.com", Port: 443, Protocol: ProtoHTTPS}))
+	wantDisabled(t, "star", e.Evaluate(ctx, Request{Trace: true, Host: "example.com", Port: 443, Protocol: ProtoHTTPS}))
 }
 
 // Swap flips the kill switch at once, both ways, without touching the
@@ -85,8 +85,8 @@ func TestDisabledSwapBothWays(t *testing.T) {
 	domains := map[string]string{"ok.test": "allow"}
 	e := newTestEngine(compileEnabled(t, true, domains, false), res, ModeFull, nil)
 	e.Amend("amended.test", Allow)
-	req := Request{Host: "ok.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"}
-	amended := Request{Host: "amended.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"}
+	req := Request{Trace: true, Host: "ok.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"}
+	amended := Request{Trace: true, Host: "amended.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"}
 	if !e.Evaluate(ctx, req).Allowed() || !e.Evaluate(ctx, amended).Allowed() || !e.Enabled() {
 		t.Fatal("enabled policy must allow")
 	}
@@ -128,7 +128,7 @@ func TestDisabledDuringReviewBeatsApproval(t *testing.T) {
 	dec := &flippingDecider{off: compileEnabled(t, false, nil, false)}
 	e := newTestEngine(compileEnabled(t, true, nil, false), res, ModeFull, dec)
 	dec.e = e
-	d := e.Evaluate(ctx, Request{Host: "unknown.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"})
+	d := e.Evaluate(ctx, Request{Trace: true, Host: "unknown.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"})
 	if dec.n != 1 {
 		t.Fatalf("decider calls %d, want 1", dec.n)
 	}

@@ -71,7 +71,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	target := fs.Arg(0)
 
-	req := hostpolicy.Request{Host: target, Client: "netproxy-check"}
+	req := hostpolicy.Request{Host: target, Client: "netproxy-check", Trace: true}
 	switch *protocol {
 	case "http":
 		req.Protocol, req.Method, req.Port = hostpolicy.ProtoHTTP, "GET", 80

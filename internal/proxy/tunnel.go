@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -243,12 +242,9 @@ func (t *Tunnel) waitReadable(src *net.TCPConn) (int, error) {
 }
 
 // peekQueued reports how many bytes fd has queued (0 at EOF) without
-// consuming any: EAGAIN when there is nothing yet. It allocates nothing
-// (unix.Recvfrom would build the peer's address on every call).
+// consuming any: EAGAIN when there is nothing yet.
 func peekQueued(fd int) (int, error) {
-	var b [1]byte
-	n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1,
-		unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	n, errno := peekOne(fd)
 	switch {
 	case errno != 0:
 		return 0, errno

@@ -85,8 +85,7 @@ func (uc *upConn) idleDirty() bool {
 		}
 		uc.raw = raw
 		uc.peek = func(fd uintptr) bool {
-			var b [1]byte
-			n, _, e := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			n, e := peekOne(int(fd))
 			uc.dirty = !(e == unix.EAGAIN || e == unix.EINTR) || n > 0
 			return true
 		}
