@@ -34,8 +34,8 @@ func procPssKiB(t *testing.T, pid int) int {
 	return n
 }
 
-// echoHold accepts connections and echoes what they send, upper-casing
-// nothing: an upstream that stays silent until spoken to.
+// echoHold accepts connections and echoes what they send: an upstream that
+// stays silent until spoken to.
 func echoHold(t *testing.T) (port int, count func() int) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -61,7 +61,10 @@ func echoHold(t *testing.T) (port int, count func() int) {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
-			go io.Copy(c, c)
+			go func() {
+				io.Copy(c, c)
+				c.Close() // the client's end ends this connection, as servers do
+			}()
 		}
 	}()
 	return ln.Addr().(*net.TCPAddr).Port, func() int {
@@ -79,10 +82,12 @@ func TestIdleTunnelsCostFewKiB(t *testing.T) {
 	// reader, server and handler stack stayed with it).
 	limits := map[string]float64{"connect": 10, "socks5": 11}
 	port, upstreamConns := echoHold(t)
-	p := StartProxy(t, StdConfig())
-	pid := p.Cmd.Process.Pid
 	for _, kind := range []string{"connect", "socks5"} {
 		t.Run(kind, func(t *testing.T) {
+			// A proxy of its own: memory freed by the other kind's run
+			// would otherwise be reused and hide this one's cost.
+			p := StartProxy(t, StdConfig())
+			pid := p.Cmd.Process.Pid
 			time.Sleep(500 * time.Millisecond)
 			before := procPssKiB(t, pid)
 			held := upstreamConns()
@@ -125,6 +130,11 @@ func TestIdleTunnelsCostFewKiB(t *testing.T) {
 			if perTunnel > limits[kind] {
 				t.Errorf("an idle %s tunnel costs %.2f KiB, want ≤ %.0f", kind, perTunnel, limits[kind])
 			}
+			listener := map[string]string{"connect": "http", "socks5": "socks5"}[kind]
+			labels := `{listener="` + listener + `"}`
+			if v := metricValue(t, p, "netproxy_connections_active", labels); v != n {
+				t.Errorf("connections_active%s = %v with %d tunnels open, want %d", labels, v, n, n)
+			}
 			// Every tunnel still works: a few, spread over the set, echo.
 			for i := 0; i < n; i += n / 20 {
 				c := clients[i]
@@ -138,6 +148,15 @@ func TestIdleTunnelsCostFewKiB(t *testing.T) {
 					t.Fatalf("tunnel %d after idling: %q %v", i, got, err)
 				}
 			}
+			// Each tunnel holds its connection slot until it ends, then
+			// gives it back.
+			for _, c := range clients {
+				c.Close()
+			}
+			clients = nil
+			waitFor(t, 10*time.Second, func() bool {
+				return metricValue(t, p, "netproxy_connections_active", labels) == 0
+			}, "every slot released after the clients closed")
 		})
 	}
 }
