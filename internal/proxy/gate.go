@@ -31,8 +31,8 @@ type Conn struct {
 	*net.TCPConn
 	// Listener is "http" or "socks5" (the metrics label).
 	Listener string
-	// Exec is the attributed execution; zero when unattributed.
-	Exec       attribution.Execution
+	// Exec names the attributed execution; zero when unattributed.
+	Exec       ExecIDs
 	Attributed bool
 
 	tracker *Tracker
@@ -43,6 +43,13 @@ type Conn struct {
 	// revoked is set once a change closed it.
 	flow    atomic.Pointer[flow]
 	revoked atomic.Bool
+}
+
+// ExecIDs are what a connection keeps of its execution: the rest of the
+// registry's record stays in the registry (every open connection, idle
+// tunnels included, carries these, so they are kept small).
+type ExecIDs struct {
+	ID, SessionID, EnvironmentID string
 }
 
 // clientAddr is the client's address as decisions report it.
@@ -376,7 +383,7 @@ func (g *Gate) admit(tcp *net.TCPConn) {
 			fail("unknown_token")
 			return
 		}
-		c.Exec, c.Attributed = exec, true
+		c.Exec, c.Attributed = ExecIDs{ID: exec.ID, SessionID: exec.SessionID, EnvironmentID: exec.EnvironmentID}, true
 		m.Attribution("ok")
 	case g.cfg.Required():
 		g.cfg.Logger.Info("unattributed connection closed", "listener", g.cfg.Name, "client", tcp.RemoteAddr().String(), "reason", "attribution.required")
