@@ -76,7 +76,7 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 	}
 	t := &Tunnel{
 		Client: c.TCPConn, Upstream: up, Early: early, Idle: h.limits.IdleTimeout,
-		Protocol: hostpolicy.ProtoHTTPS, Meter: h.core.Meter, Owner: c,
+		Protocol: hostpolicy.ProtoHTTPS, Meter: h.core.Meter, Owner: c, Parker: h.core.Parker,
 	}
 	// The handler goroutine (with its larger stack) ends here; the tunnel
 	// runs on fresh goroutines.

@@ -72,6 +72,9 @@ type Core struct {
 	Recheck Rechecker
 	// Closed receives every connection closed by a change (the audit).
 	Closed observe.ConnectionSink
+	// Parker, when set, takes the quiet directions of every tunnel off
+	// their goroutines (park.go); nil: they keep them.
+	Parker *Parker
 	// Instance is this process's random id: forwarded plain-HTTP requests
 	// carry "Via: 1.1 netproxy-<Instance>", and a request that arrives
 	// with it is a loop (508 proxy_loop). Empty: no Via, no detection.

@@ -197,7 +197,7 @@ func (h *HTTPProxy) splice(pc *plainConn, resp *http.Response, d hostpolicy.Deci
 	}
 	tn := &Tunnel{
 		Client: c.TCPConn, Upstream: up, Early: early, Idle: h.limits.IdleTimeout,
-		Protocol: hostpolicy.ProtoHTTP, Meter: h.core.Meter, Owner: c,
+		Protocol: hostpolicy.ProtoHTTP, Meter: h.core.Meter, Owner: c, Parker: h.core.Parker,
 		HalfCloseGrace: upgradeGrace,
 	}
 	pc.rw = respWriter{}

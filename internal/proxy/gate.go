@@ -43,6 +43,9 @@ type Conn struct {
 	// revoked is set once a change closed it.
 	flow    atomic.Pointer[flow]
 	revoked atomic.Bool
+	// tunnel is the tunnel the connection became, if any: closing the
+	// connection from outside ends it, parked directions included.
+	tunnel atomic.Pointer[Tunnel]
 }
 
 // ExecIDs are what a connection keeps of its execution: the rest of the
@@ -67,6 +70,9 @@ func (c *Conn) Close() error {
 	}
 	err := c.TCPConn.Close()
 	c.tracker.release(c)
+	if t := c.tunnel.Load(); t != nil {
+		t.abort()
+	}
 	return err
 }
 

@@ -128,6 +128,15 @@ func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackPar
 		Instance:   testInstance,
 	}
 	core.Credentials = parts.creds // the credential broker
+	// Every test's tunnels park after a short quiet spell, so the parked
+	// path is exercised by all of them.
+	parker, err := NewParker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parker.After = 100 * time.Millisecond
+	core.Parker = parker
+	t.Cleanup(func() { parker.Close() })
 	s.core = core
 	s.httpP, s.socksP = NewHTTP(core), NewSOCKS(core)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -20,9 +20,9 @@ import (
 //
 // Bytes move with io.Copy between the two *net.TCPConn values, which the
 // runtime turns into splice(2). The runtime's splice keeps a pipe (two
-// descriptors) for as long as it waits, so an idle direction gives it back
-// and waits for readability without one: thousands of idle tunnels would
-// otherwise exhaust descriptors.
+// descriptors) for as long as it waits, so a direction quiet for a second
+// gives it back and waits for readability without one; quiet for
+// Parker.After, it gives up its goroutine too and is parked (park.go).
 type Tunnel struct {
 	Client, Upstream *net.TCPConn
 	// Early holds client bytes already read past the request (e.g. a TLS
@@ -34,54 +34,77 @@ type Tunnel struct {
 	Protocol hostpolicy.Protocol
 	Meter    *metrics.Metrics
 	// Owner, when set, is closed at the end (the admitted client Conn, so
-	// its connection slot is released).
-	Owner io.Closer
+	// its connection slot is released). Closing it from elsewhere (a
+	// revocation, the kill switch, a shutdown) ends the tunnel, parked
+	// directions included.
+	Owner *Conn
+	// Parker, when set, takes the tunnel's quiet directions (nil: each
+	// direction keeps its goroutine while it waits).
+	Parker *Parker
 	// HalfCloseGrace, when set, closes both sockets this long after either
 	// direction ended (an upgraded connection whose client left must not
 	// stay open for as long as the upstream likes). 0: each direction
 	// runs to its own end (CONNECT tunnels keep half-close semantics).
 	HalfCloseGrace time.Duration
 
-	last atomic.Int64 // unix nanos of the last byte moved
+	last     atomic.Int64 // unix nanos of the last byte moved
+	live     atomic.Int32 // directions not yet ended
+	aborted  atomic.Bool  // both sockets closed by abort (or finish)
+	parkID   uint64       // this tunnel's keys in Parker (two: one per direction)
+	onFinish func()
 }
 
+// The two directions. up: client → upstream; down: upstream → client.
+const (
+	dirUp   = 0
+	dirDown = 1
+)
+
+var dirName = [2]string{"up", "down"}
+
 // Start prepares the tunnel on the caller's goroutine and runs it on two
-// new ones; wg (when set) counts the tunnel until it is finished.
+// new ones (one per direction); wg (when set) counts the tunnel until it is
+// finished.
 //
-// An idle tunnel holds two parked goroutines and nothing else: no buffer,
-// no splice pipe, no timer. Everything with a deep call chain (the early
-// bytes' write, arming the inactivity deadlines) happens here, so the two
-// goroutines wait with the runtime's smallest stack; the deep splice path
-// runs only while bytes flow.
+// Everything with a deep call chain (the early bytes' write, arming the
+// deadlines) happens here, so the direction goroutines wait with the
+// runtime's smallest stack; the deep splice path runs only while bytes
+// flow, and a quiet direction is parked without a goroutine at all.
 func (t *Tunnel) Start(wg *sync.WaitGroup) {
+	if wg != nil {
+		wg.Add(1)
+		t.onFinish = wg.Done
+	}
 	if !t.prepare() {
+		t.live.Store(0)
 		t.finish()
 		return
 	}
-	if wg != nil {
-		wg.Add(1)
-	}
-	go func() {
-		t.run()
-		if wg != nil {
-			wg.Done()
-		}
-	}()
+	go t.runDir(dirUp)
+	go t.runDir(dirDown)
 }
 
 // Run blocks until the tunnel is finished. Both sockets are closed on return.
 func (t *Tunnel) Run() {
-	if t.prepare() {
-		t.run()
-		return
-	}
-	t.finish()
+	var wg sync.WaitGroup
+	t.Start(&wg)
+	wg.Wait()
 }
 
-// prepare writes the early bytes and arms both directions' inactivity
-// deadlines; false means the tunnel is already over.
+// prepare writes the early bytes, arms both directions' deadlines and
+// hooks the owner's Close; false means the tunnel is already over.
 func (t *Tunnel) prepare() bool {
+	t.live.Store(2)
 	t.last.Store(time.Now().UnixNano())
+	if t.Parker != nil {
+		t.parkID = t.Parker.id()
+	}
+	if t.Owner != nil {
+		t.Owner.tunnel.Store(t)
+		if t.Owner.closed.Load() {
+			return false // closed before the hook was in place
+		}
+	}
 	if len(t.Early) > 0 {
 		n, err := t.Upstream.Write(t.Early)
 		t.Meter.Bytes("up", string(t.Protocol), int64(n))
@@ -90,98 +113,137 @@ func (t *Tunnel) prepare() bool {
 			return false
 		}
 	}
-	if t.Idle > 0 {
-		// A read deadline lives in the socket's poll descriptor: the
-		// inactivity limit costs no allocation and no timer of its own.
-		at := time.Now().Add(t.Idle)
+	// A read deadline lives in the socket's poll descriptor: the limits
+	// cost no allocation and no timer of their own.
+	if at, ok := t.nextDeadline(); ok {
 		t.Client.SetReadDeadline(at)
 		t.Upstream.SetReadDeadline(at)
 	}
 	return true
 }
 
-// finish closes both sockets and the owner.
+// nextDeadline is when a waiting direction must look up again: at the idle
+// limit, or earlier to park; ok is false when neither applies.
+func (t *Tunnel) nextDeadline() (time.Time, bool) {
+	var at time.Time
+	if t.Idle > 0 {
+		at = time.Unix(0, t.last.Load()).Add(t.Idle)
+	}
+	if t.Parker != nil {
+		if p := time.Now().Add(t.Parker.After); at.IsZero() || p.Before(at) {
+			at = p
+		}
+	}
+	return at, !at.IsZero()
+}
+
+// abort closes both sockets and ends the directions that are parked (a
+// direction on its goroutine sees the closed socket and ends itself).
+func (t *Tunnel) abort() {
+	if !t.aborted.CompareAndSwap(false, true) {
+		return
+	}
+	t.Client.Close()
+	t.Upstream.Close()
+	if t.Parker != nil {
+		dirs := t.Parker.takeTunnel(t)
+		for d, parked := range dirs {
+			if parked {
+				t.dirEnded(d)
+			}
+		}
+	}
+}
+
+// dirEnded counts a direction out; the last one finishes the tunnel.
+func (t *Tunnel) dirEnded(int) {
+	if t.HalfCloseGrace > 0 && !t.aborted.Load() {
+		time.AfterFunc(t.HalfCloseGrace, t.abort)
+	}
+	if t.live.Add(-1) == 0 {
+		t.finish()
+	}
+}
+
+// finish closes both sockets and the owner, once both directions ended.
 func (t *Tunnel) finish() {
+	t.aborted.Store(true)
 	t.Client.Close()
 	t.Upstream.Close()
 	if t.Owner != nil {
 		t.Owner.Close()
 	}
+	if t.onFinish != nil {
+		t.onFinish()
+	}
 }
 
-func (t *Tunnel) run() {
-	defer t.finish()
-	var wg sync.WaitGroup
-	var ended func() // nil unless HalfCloseGrace: CONNECT tunnels pay nothing
-	if t.HalfCloseGrace > 0 {
-		var once sync.Once
-		ended = func() {
-			once.Do(func() {
-				time.AfterFunc(t.HalfCloseGrace, func() {
-					t.Client.Close()
-					t.Upstream.Close()
-				})
-			})
+// ends returns a direction's destination and source.
+func (t *Tunnel) ends(dir int) (dst, src *net.TCPConn) {
+	if dir == dirUp {
+		return t.Upstream, t.Client
+	}
+	return t.Client, t.Upstream
+}
+
+// resume continues a parked direction whose socket became readable.
+func (t *Tunnel) resume(dir int) {
+	_, src := t.ends(dir)
+	t.Parker.forget(src)
+	if at, ok := t.nextDeadline(); ok {
+		src.SetReadDeadline(at) // the one that parked it has passed
+	}
+	t.runDir(dir)
+}
+
+// runDir copies src → dst until EOF, an error, or a quiet spell long
+// enough to park. While bytes flow it splices (io.Copy between the two
+// *net.TCPConn); after busyWindow without data it gives the pipe back and
+// waits for readability without holding anything. On EOF it half-closes
+// dst so the peer sees the end while the other direction keeps flowing; on
+// error it closes both so the other direction stops too.
+func (t *Tunnel) runDir(dir int) {
+	dst, src := t.ends(dir)
+	for {
+		// Wait first: a direction that never carries data never takes a pipe.
+		avail, park, err := t.waitReadable(src)
+		if park {
+			t.Parker.park(t, dir, src)
+			return
+		}
+		if err != nil {
+			t.abort()
+			t.dirEnded(dir)
+			return
+		}
+		if avail == 0 { // orderly EOF
+			dst.CloseWrite()
+			src.CloseRead()
+			t.dirEnded(dir)
+			return
+		}
+		n, err := t.burst(dst, src)
+		t.Meter.Bytes(dirName[dir], string(t.Protocol), n)
+		if err == nil { // orderly EOF
+			dst.CloseWrite()
+			src.CloseRead()
+			t.dirEnded(dir)
+			return
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.abort()
+			t.dirEnded(dir)
+			return
 		}
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t.pipe(t.Upstream, t.Client, "up")
-		if ended != nil {
-			ended()
-		}
-	}()
-	t.pipe(t.Client, t.Upstream, "down")
-	if ended != nil {
-		ended()
-	}
-	wg.Wait()
 }
 
 // busyWindow is how long a direction keeps its splice pipe after the last
 // byte before it falls back to waiting without one.
 const busyWindow = time.Second
 
-// pipe copies src → dst until EOF or error. While bytes flow it splices
-// (io.Copy between the two *net.TCPConn); after busyWindow without data it
-// gives the pipe back and waits for readability without holding anything.
-// On EOF it half-closes dst so the peer sees the end while the other
-// direction keeps flowing; on error it closes both so the other direction
-// stops too.
-func (t *Tunnel) pipe(dst, src *net.TCPConn, dir string) {
-	var total int64
-	defer func() { t.Meter.Bytes(dir, string(t.Protocol), total) }()
-	for {
-		// Wait first: a direction that never carries data never takes a pipe.
-		avail, err := t.waitReadable(src)
-		if err != nil {
-			dst.Close()
-			src.Close()
-			return
-		}
-		if avail == 0 { // orderly EOF
-			dst.CloseWrite()
-			src.CloseRead()
-			return
-		}
-		n, err := t.burst(dst, src)
-		total += n
-		if err == nil { // orderly EOF
-			dst.CloseWrite()
-			src.CloseRead()
-			return
-		}
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			dst.Close()
-			src.Close()
-			return
-		}
-	}
-}
-
 // burst splices src → dst until EOF, an error, or a window passes without
-// a byte; it returns with src's inactivity deadline re-armed.
+// a byte; it returns with src's deadline re-armed.
 func (t *Tunnel) burst(dst, src *net.TCPConn) (int64, error) {
 	window := busyWindow
 	if t.Idle > 0 && t.Idle/2 < window {
@@ -198,46 +260,49 @@ func (t *Tunnel) burst(dst, src *net.TCPConn) (int64, error) {
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && n > 0 {
 			continue // still busy: a new window from now
 		}
-		t.armIdle(src)
+		t.armWait(src)
 		return total, err
 	}
 }
 
-// armIdle sets src's read deadline to the tunnel's idle limit, counted
-// from the last byte either way (none when there is no limit).
-func (t *Tunnel) armIdle(src *net.TCPConn) {
-	if t.Idle > 0 {
-		src.SetReadDeadline(time.Unix(0, t.last.Load()).Add(t.Idle))
+// armWait sets src's read deadline for the wait that follows a burst.
+func (t *Tunnel) armWait(src *net.TCPConn) {
+	if at, ok := t.nextDeadline(); ok {
+		src.SetReadDeadline(at)
 	} else {
 		src.SetReadDeadline(time.Time{})
 	}
 }
 
 // waitReadable waits until src has data or reached EOF and returns the
-// number of bytes queued (0 at EOF). It holds no buffer. Its deadline is the
-// idle limit: when it passes while the other direction moved bytes, the
-// wait goes on from the last byte; otherwise the tunnel is idle.
-func (t *Tunnel) waitReadable(src *net.TCPConn) (int, error) {
+// number of bytes queued (0 at EOF). It holds no buffer. When its deadline
+// passes it closes an idle tunnel (err), parks a direction that has been
+// quiet for Parker.After (park), or waits on.
+func (t *Tunnel) waitReadable(src *net.TCPConn) (avail int, park bool, err error) {
 	raw, err := src.SyscallConn()
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	for {
-		var avail int
 		var serr error
 		err = raw.Read(func(fd uintptr) bool {
 			avail, serr = peekQueued(int(fd))
 			return serr != unix.EAGAIN && serr != unix.EINTR
 		})
 		if err == nil {
-			return avail, serr
+			return avail, false, serr
 		}
-		if errors.Is(err, os.ErrDeadlineExceeded) && t.Idle > 0 &&
-			time.Since(time.Unix(0, t.last.Load())) < t.Idle {
-			t.armIdle(src)
-			continue
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return 0, false, err
 		}
-		return 0, err
+		quiet := time.Duration(time.Now().UnixNano() - t.last.Load())
+		if t.Idle > 0 && quiet >= t.Idle {
+			return 0, false, err // idle: neither direction moved a byte
+		}
+		if t.Parker != nil && quiet >= t.Parker.After {
+			return 0, true, nil
+		}
+		t.armWait(src)
 	}
 }
 

@@ -208,7 +208,14 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.dialer.Via = proxy.ViaValue(instance)
+	// Quiet tunnel directions wait here without a goroutine (idle tunnels
+	// cost their sockets and a few hundred bytes); closed by Shutdown.
+	parker, err := proxy.NewParker()
+	if err != nil {
+		return nil, fmt.Errorf("tunnel parker: %w", err)
+	}
 	core := &proxy.Core{
+		Parker:     parker,
 		Recheck:    s.eval,
 		Closed:     opts.ConnectionSink,
 		Instance:   instance,
@@ -232,10 +239,12 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		// Opt-in interception of limited-mode CONNECT (docs/proxy.md).
 		ca, err := mitm.LoadAuthority(cfg.MITM.CACert, cfg.MITM.CAKey, 0)
 		if err != nil {
+			parker.Close()
 			return nil, err
 		}
 		roots, err := mitm.UpstreamRoots(cfg.MITM.UpstreamCA)
 		if err != nil {
+			parker.Close()
 			return nil, err
 		}
 		core.MITM = &mitm.Interceptor{Authority: ca, Roots: roots, Idle: cfg.Limits.IdleTimeout.Duration,
@@ -567,6 +576,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.httpP.Wait()
 	s.socksP.Wait()
+	s.core.Parker.Close() // every tunnel has ended: none is parked
 	s.httpP.CloseIdle()
 	if s.adminSrv != nil {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
