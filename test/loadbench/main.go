@@ -465,6 +465,12 @@ func (h *heldConns) add(c net.Conn) {
 	h.mu.Unlock()
 }
 
+func (h *heldConns) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.conns)
+}
+
 func (h *heldConns) closeAll() {
 	h.mu.Lock()
 	for _, c := range h.conns {
