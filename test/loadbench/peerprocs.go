@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -34,6 +35,7 @@ type peerProc struct {
 	dir       string        // its temporary directory ("" for none)
 	httpAddr  string        // HTTP proxy listener, or the address of a relay/origin
 	socksAddr string        // SOCKS5 listener ("" for none)
+	adminAddr string        // netproxy's admin listener (metrics)
 	logs      []string      // files whose tail explains a failure
 	exited    chan struct{} // closed when the process has been reaped
 }
@@ -284,7 +286,7 @@ func startNetproxyPeer(bin string, originPort int) (*peerProc, error) {
 			return fail(err)
 		}
 	}
-	p := &peerProc{name: "netproxy", dir: dir, httpAddr: addrs[0], socksAddr: addrs[1]}
+	p := &peerProc{name: "netproxy", dir: dir, httpAddr: addrs[0], socksAddr: addrs[1], adminAddr: addrs[2]}
 	p.cmd = exec.Command(bin, "serve", "--config", path)
 	p.cmd.Env = env
 	if err := startProc(p, addrs[2]); err != nil {
@@ -343,4 +345,35 @@ func netproxyCheck(bin, cfg string, env []string, protocol, target, want string)
 		}
 	}
 	return fmt.Errorf("netproxy check %s %s: no local_guard step\n%s", protocol, target, out)
+}
+
+// checkNetproxyObserving wants netproxy's audit log to hold a decision and
+// its metrics to count requests once the preflight has gone through it:
+// the bench measures netproxy with audit and metrics on.
+func checkNetproxyObserving(p *peerProc) error {
+	audit := filepath.Join(p.dir, "audit.jsonl")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		data, _ := os.ReadFile(audit)
+		if bytes.Contains(data, []byte(`"network_decision"`)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("netproxy wrote no network_decision to its audit log %s", audit)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	resp, err := http.Get("http://" + p.adminAddr + "/metrics")
+	if err != nil {
+		return fmt.Errorf("netproxy metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("netproxy metrics: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte("netproxy_requests_total{")) {
+		return fmt.Errorf("netproxy metrics: status %d, no netproxy_requests_total series", resp.StatusCode)
+	}
+	return nil
 }

@@ -404,6 +404,9 @@ func (b *peerBench) preflight() error {
 			return fmt.Errorf("preflight, %s does not tunnel (%s): %w%s", colNames[t.col], t.via.kind, err, procTail(t.proc))
 		}
 	}
+	if err := checkNetproxyObserving(b.np); err != nil {
+		return fmt.Errorf("preflight: %w", err)
+	}
 	return nil
 }
 
@@ -542,6 +545,8 @@ func (b *peerBench) benchHTTP(row int) error {
 				continue
 			}
 			b.judgeHTTP(row, c, res, out, opens1-opens0, maxErr)
+			fmt.Fprintf(os.Stderr, "  round %d %-11s %8.0f req/s p50 %s p99 %s, %d requests, %d errors%s\n", r+1, colNames[t.col],
+				float64(res.requests)/res.elapsed.Seconds(), res.p50, res.p99, res.requests, res.non2xx+res.sockErrs, maybe(": FAILED ", c.failed))
 		}
 	}
 	return nil
@@ -619,6 +624,7 @@ func (b *peerBench) benchTunnels() error {
 			}
 			mb.vals = append(mb.vals, mbs)
 			cpu.vals = append(cpu.vals, (cpu1-cpu0).Seconds()/gib)
+			fmt.Fprintf(os.Stderr, "  round %d %-11s %-7s %6.0f MB/s, %s CPU\n", r+1, colNames[t.col], t.via.kind, mbs, cpu1-cpu0)
 		}
 	}
 	// The bare relay and direct have no SOCKS5 of their own: their
@@ -708,6 +714,7 @@ func (b *peerBench) benchIdle() error {
 		}
 		c.vals = append(c.vals, kib)
 		c.notes = append(c.notes, note)
+		fmt.Fprintf(os.Stderr, "  %-11s %s: %.1f KiB per tunnel (%s)\n", colNames[t.col], shortRow(t.row), kib, note)
 	}
 	b.cells[rowIdleSocks][colRelay] = b.cells[rowIdleConnect][colRelay]
 	return nil
@@ -918,7 +925,7 @@ func (b *peerBench) cellText(row, col int) (string, bool) {
 		p50, p99 := v, c.median2()
 		s := fmt.Sprintf("%.0f / %.0f", p50, p99)
 		if dc := &b.cells[row][colDirect]; col != colDirect && dc.ok() {
-			s += fmt.Sprintf(" (+%.0f / +%.0f)", p50-dc.median(), p99-dc.median2())
+			s += fmt.Sprintf(" (%+.0f / %+.0f)", p50-dc.median(), p99-dc.median2())
 		}
 		return s, false
 	case rowConnectCPU, rowSocksCPU:
