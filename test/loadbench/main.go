@@ -13,6 +13,10 @@
 //   - the memory each idle CONNECT tunnel costs netproxy (RSS growth over
 //     5 000 tunnels).
 //
+// With -peers (`make bench-peers`, peers.go) it runs instead the side-by-side
+// bench of issue 14: the same workloads directly, through a bare splice
+// relay, Squid, Dante, a proxy on the goproxy library alone and netproxy.
+//
 // Every party but wrk runs as its own process (this binary re-executed with
 // -role) so it can be pinned. It must never need the network beyond loopback.
 package main
