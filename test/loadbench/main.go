@@ -449,8 +449,12 @@ func startHoldUpstream() (string, *heldConns, error) {
 	go func() {
 		for {
 			c, err := ln.Accept()
-			if err != nil {
+			if errors.Is(err, net.ErrClosed) {
 				return
+			}
+			if err != nil { // e.g. out of descriptors: keep serving
+				time.Sleep(10 * time.Millisecond)
+				continue
 			}
 			h.add(c)
 		}

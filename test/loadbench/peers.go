@@ -91,6 +91,7 @@ type cell struct {
 	opens       []float64 // new-connection row: TCP connections accepted per request, per round
 	failed      string
 	notes       []string
+	mark        string // shown after the value (e.g. fewer idle tunnels than asked)
 }
 
 func (c *cell) fail(format string, a ...any) {
@@ -707,12 +708,15 @@ func (b *peerBench) benchIdle() error {
 	b.skipped[rowIdleConnect], b.skipped[rowIdleSocks] = false, false
 	for _, t := range b.idleTargets() {
 		c := &b.cells[t.row][t.col]
-		kib, note, err := b.idleOne(t)
+		kib, n, note, err := b.idleOne(t)
 		if err != nil {
 			c.fail("%v", err)
 			continue
 		}
 		c.vals = append(c.vals, kib)
+		if n != b.o.tunnels {
+			c.mark = fmt.Sprintf(" [%s tunnels]", fmtNum(float64(n), 0))
+		}
 		c.notes = append(c.notes, note)
 		fmt.Fprintf(os.Stderr, "  %-11s %s: %.1f KiB per tunnel (%s)\n", colNames[t.col], shortRow(t.row), kib, note)
 	}
@@ -720,70 +724,101 @@ func (b *peerBench) benchIdle() error {
 	return nil
 }
 
-func (b *peerBench) idleOne(t idleTarget) (kib float64, note string, err error) {
+func (b *peerBench) idleOne(t idleTarget) (kib float64, n int, note string, err error) {
 	p, err := t.start()
 	if err != nil {
-		return 0, "", err
+		return 0, 0, "", err
 	}
 	defer p.stop()
 	if err := pinTree(p.pid(), []int{1}); err != nil {
-		return 0, "", err
+		return 0, 0, "", err
 	}
 	via := t.via(p)
 	defer b.hold.closeAll()
-	// Warm the peer's code paths and lazy set-up, then let it settle.
-	for i := 0; i < 16; i++ {
+	// Warm the peer's code paths and lazy set-up with a few tunnels, held
+	// open long enough to count the descriptors each costs the peer's
+	// main process.
+	const warm = 16
+	fds0, err := countFDs(p.pid())
+	if err != nil {
+		return 0, 0, "", err
+	}
+	var warmConns []net.Conn
+	for i := 0; i < warm; i++ {
 		c, err := via.open(b.holdPort)
 		if err != nil {
-			return 0, "", fmt.Errorf("warm-up tunnel: %w%s", err, p.logTail())
+			closeAll(warmConns)
+			return 0, 0, "", fmt.Errorf("warm-up tunnel: %w%s", err, p.logTail())
 		}
-		c.Close()
+		warmConns = append(warmConns, c)
 	}
 	// The relays dial the upstream after the client's dial returns: wait
 	// for the warm-up's upstream connections before dropping them, so none
 	// is counted as a measured tunnel.
-	for deadline := time.Now().Add(5 * time.Second); b.hold.count() < 16 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); b.hold.count() < warm && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond)
+	fds1, err := countFDs(p.pid())
+	if err != nil {
+		return 0, 0, "", err
+	}
+	closeAll(warmConns)
 	b.hold.closeAll()
 	time.Sleep(2 * time.Second)
 	if n := b.hold.count(); n != 0 {
-		return 0, "", fmt.Errorf("%d upstream connections arrived after the warm-up", n)
+		return 0, 0, "", fmt.Errorf("%d upstream connections arrived after the warm-up", n)
+	}
+	// As many tunnels as asked, unless the peer's process would run out of
+	// descriptors first (RLIMIT_NOFILE cannot always be raised: without
+	// CAP_SYS_RESOURCE the hard limit stays).
+	n = b.o.tunnels
+	perTunnel := (fds1 - fds0 + warm - 1) / warm
+	if perTunnel > 0 && fds0+perTunnel*n+200 > b.fds {
+		n = (b.fds - fds0 - 200) / perTunnel
+		note = fmt.Sprintf("only %d tunnels (RLIMIT_NOFILE is %d here and cannot be raised); ", n, b.fds)
 	}
 	before, err := treePss(p.pid())
 	if err != nil {
-		return 0, "", err
+		return 0, 0, "", err
 	}
-	clients := make([]net.Conn, 0, b.o.tunnels)
-	defer func() {
-		for _, c := range clients {
-			c.Close()
-		}
-	}()
-	for i := 0; i < b.o.tunnels; i++ {
+	clients := make([]net.Conn, 0, n)
+	defer func() { closeAll(clients) }()
+	for i := 0; i < n; i++ {
 		c, err := via.open(b.holdPort)
 		if err != nil {
-			return 0, "", fmt.Errorf("tunnel %d of %d: %w%s", i+1, b.o.tunnels, err, p.logTail())
+			return 0, 0, "", fmt.Errorf("%stunnel %d of %d: %w%s", note, i+1, n, err, p.logTail())
 		}
 		clients = append(clients, c)
 	}
 	// Every tunnel must have reached the upstream.
 	deadline := time.Now().Add(10 * time.Second)
-	for b.hold.count() < b.o.tunnels && time.Now().Before(deadline) {
+	for b.hold.count() < n && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(3 * time.Second) // let the peer settle (Go: GC of the set-up garbage)
-	if n := b.hold.count(); n != b.o.tunnels {
-		return 0, "", fmt.Errorf("%d upstream connections for %d tunnels", n, b.o.tunnels)
+	if got := b.hold.count(); got != n {
+		return 0, 0, "", fmt.Errorf("%s%d upstream connections for %d tunnels", note, got, n)
 	}
 	after, err := treePss(p.pid())
 	if err != nil {
-		return 0, "", err
+		return 0, 0, "", err
 	}
 	procs, _ := treePIDs(p.pid())
-	note = fmt.Sprintf("Pss %.1f → %.1f MiB over %d process(es)", float64(before)/(1<<20), float64(after)/(1<<20), len(procs))
-	return float64(after-before) / 1024 / float64(b.o.tunnels), note, nil
+	note += fmt.Sprintf("Pss %.1f → %.1f MiB over %d process(es), %d descriptors per tunnel in the main process", float64(before)/(1<<20), float64(after)/(1<<20), len(procs), perTunnel)
+	return float64(after-before) / 1024 / float64(n), n, note, nil
+}
+
+func closeAll(conns []net.Conn) {
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// countFDs is the number of open descriptors of process pid.
+func countFDs(pid int) (int, error) {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return len(ents), err
 }
 
 // ---------------------------------------------------------------------------
@@ -901,6 +936,12 @@ func (b *peerBench) cellText(row, col int) (string, bool) {
 	if !c.ok() {
 		return "**missing**", true
 	}
+	s, bad := b.cellValue(row, col)
+	return s + c.mark, bad
+}
+
+func (b *peerBench) cellValue(row, col int) (string, bool) {
+	c := &b.cells[row][col]
 	v := c.median()
 	ratios := func(decimals int) string {
 		d, r := "—", "—"
