@@ -232,20 +232,21 @@ func versions(o peerOptions) string {
 		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 		return strings.TrimSpace(line)
 	}
-	gp, rev := "?", "?"
+	gp := "?"
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
 			if d.Path == "github.com/elazarl/goproxy" {
 				gp = d.Version
 			}
 		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				rev = s.Value[:12]
-			}
-		}
 	}
-	return fmt.Sprintf("%s; %s; %s; goproxy %s; netproxy %s (this tree, %s)",
+	rev := first("git", "rev-parse", "--short=12", "HEAD")
+	if rev == "" || strings.Contains(rev, " ") {
+		rev = "?"
+	} else if first("git", "status", "--porcelain", "--untracked-files=no") != "" {
+		rev += "+changes"
+	}
+	return fmt.Sprintf("%s; %s; %s; goproxy %s; netproxy %s (tree %s)",
 		first(o.squid, "-v"), first(o.danted, "-v"), first(o.wrk, "-v"), gp, o.netproxy, rev)
 }
 
@@ -868,7 +869,11 @@ func (b *peerBench) printTable() int {
 			}
 			ns := dedupe(c.notes)
 			if len(c.opens) > 0 {
-				ns = append(ns, fmt.Sprintf("%.2f–%.2f TCP connections accepted per request (wrk reconnects)", slices.Min(c.opens), slices.Max(c.opens)))
+				lo, hi := fmt.Sprintf("%.2f", slices.Min(c.opens)), fmt.Sprintf("%.2f", slices.Max(c.opens))
+				if lo != hi {
+					lo += "–" + hi
+				}
+				ns = append(ns, lo+" TCP connections accepted per request (wrk reconnects)")
 			}
 			text := strings.Join(ns, "; ")
 			if c.failed != "" {
