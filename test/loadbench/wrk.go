@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -123,7 +124,7 @@ func parseWrkDuration(s string) (time.Duration, error) {
 			if err != nil {
 				return 0, err
 			}
-			return time.Duration(f * float64(u.unit)), nil
+			return time.Duration(math.Round(f * float64(u.unit))), nil
 		}
 	}
 	return 0, fmt.Errorf("duration %q", s)
