@@ -92,6 +92,7 @@ type cell struct {
 	failed      string
 	notes       []string
 	mark        string // shown after the value (e.g. fewer idle tunnels than asked)
+	badRuns     int    // rounds discarded for errors
 }
 
 func (c *cell) fail(format string, a ...any) {
@@ -546,33 +547,55 @@ func (b *peerBench) benchHTTP(row int) error {
 				c.fail("wrk: %v", err)
 				continue
 			}
-			b.judgeHTTP(row, c, res, out, opens1-opens0, maxErr)
-			fmt.Fprintf(os.Stderr, "  round %d %-11s %8.0f req/s p50 %s p99 %s, %d requests, %d errors%s\n", r+1, colNames[t.col],
-				float64(res.requests)/res.elapsed.Seconds(), res.p50, res.p99, res.requests, res.non2xx+res.sockErrs, maybe(": FAILED ", c.failed))
+			bad := b.judgeHTTP(row, c, res, opens1-opens0, maxErr)
+			if bad != "" {
+				c.badRuns++
+				c.notes = append(c.notes, fmt.Sprintf("round %d discarded: %s", r+1, bad))
+			}
+			fmt.Fprintf(os.Stderr, "  round %d %-11s %8.0f req/s p50 %s p99 %s, %d requests, %d errors%s%s\n", r+1, colNames[t.col],
+				float64(res.requests)/res.elapsed.Seconds(), res.p50, res.p99, res.requests, res.non2xx+res.sockErrs,
+				maybe(": DISCARDED ", bad), maybe(": FAILED ", c.failed))
+			if len(bytes.TrimSpace(out)) == 0 {
+				c.fail("wrk printed nothing")
+			}
+		}
+	}
+	// A cell stands on a majority of good rounds; the discarded ones are
+	// marked in the table and explained in the notes.
+	for _, t := range targets {
+		c := &b.cells[row][t.col]
+		if c.badRuns == 0 || c.failed != "" {
+			continue
+		}
+		if 2*c.badRuns >= b.o.rounds {
+			c.fail("%d of %d rounds had too many errors", c.badRuns, b.o.rounds)
+		} else {
+			c.mark = fmt.Sprintf(" [%d of %d rounds discarded]", c.badRuns, b.o.rounds)
 		}
 	}
 	return nil
 }
 
-// judgeHTTP records one wrk run of a plain-HTTP row, or fails the cell:
-// errors above maxErr of the requests, responses shorter than the body,
-// or (new-connection row) fewer accepted TCP connections than requests.
-func (b *peerBench) judgeHTTP(row int, c *cell, res wrkRun, out []byte, passiveOpens int64, maxErr float64) {
+// judgeHTTP records one wrk run of a plain-HTTP row. A run with errors
+// above maxErr of its requests (non-2xx, socket errors — wrk's timeouts
+// included) is discarded and returned as bad; the cell fails outright on
+// what says the harness measured the wrong thing: no request completed,
+// responses shorter than the body, or (new-connection row) fewer accepted
+// TCP connections than requests.
+func (b *peerBench) judgeHTTP(row int, c *cell, res wrkRun, passiveOpens int64, maxErr float64) (bad string) {
 	if res.requests == 0 {
 		c.fail("wrk completed no request")
-		return
+		return ""
 	}
-	errs := res.non2xx + res.sockErrs
-	if errs > 0 {
-		c.notes = append(c.notes, fmt.Sprintf("%s (of %d requests)", res.errLine, res.requests))
+	if errs := res.non2xx + res.sockErrs; errs > 0 {
 		if float64(errs) > maxErr*float64(res.requests) {
-			c.fail("%d errors in %d requests (> %.1f %%): %s", errs, res.requests, 100*maxErr, res.errLine)
-			return
+			return fmt.Sprintf("%d errors in %d requests (> %.1f %%): %s", errs, res.requests, 100*maxErr, res.errLine)
 		}
+		c.notes = append(c.notes, fmt.Sprintf("%s (of %d requests)", res.errLine, res.requests))
 	}
 	if per := float64(res.bytes) / float64(res.requests); per < originBodySize {
 		c.fail("wrk read %.0f bytes per request, less than the %d-byte body: not the origin's answers", per, originBodySize)
-		return
+		return ""
 	}
 	if row == rowNewConn {
 		// Every request must have opened a connection (through a proxy,
@@ -580,16 +603,17 @@ func (b *peerBench) judgeHTTP(row int, c *cell, res wrkRun, out []byte, passiveO
 		per := float64(passiveOpens) / float64(res.requests)
 		if per < 0.95 {
 			c.fail("only %.2f TCP connections accepted per request: wrk did not reconnect", per)
-			return
+			return ""
 		}
 		c.opens = append(c.opens, per)
 	}
 	if row == rowLatency {
 		c.vals = append(c.vals, float64(res.p50)/float64(time.Microsecond))
 		c.vals2 = append(c.vals2, float64(res.p99)/float64(time.Microsecond))
-		return
+		return ""
 	}
 	c.vals = append(c.vals, float64(res.requests)/res.elapsed.Seconds())
+	return ""
 }
 
 // ---------------------------------------------------------------------------
