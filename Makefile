@@ -2,7 +2,7 @@
 GO ?= go
 CONFORMANCE ?= ../shared/conformance/run.sh
 
-.PHONY: all build test deps lint unit conformance bench fuzz run soak
+.PHONY: all build test deps lint unit conformance bench bench-peers fuzz run soak
 
 all: build
 
@@ -36,6 +36,24 @@ bench: build
 	$(GO) test -run '^$$' -bench 'BareTrue|ExecwrapRunTrue|BwrapTrue' -benchtime 100x ./test/
 	$(GO) build -o bin/loadbench ./test/loadbench
 	./bin/loadbench -netproxy bin/netproxy
+
+# The peer bench (issue 14; not part of `make test`): installs Squid, Dante
+# and wrk from Debian when missing (their system services are left stopped),
+# then test/loadbench -peers runs the same workloads, interleaved round by
+# round, directly, through a bare splice relay, Squid, Dante (SOCKS5), a
+# proxy on the goproxy library alone and netproxy (audit, metrics and the
+# local guard on): keep-alive and new-connection req/s with wrk, added
+# latency of one connection, 1 GiB CONNECT/SOCKS5 tunnels with the proxy
+# tree's CPU s/GiB, and KiB per idle tunnel (Pss of the proxy's process tree
+# over 5 000 tunnels). Proxy alone on CPU 1, client and origin on CPU 0.
+# Prints one markdown table and netproxy's targets; fails when a
+# measurement fails. BENCH_PEERS_FLAGS=-quick for a short development run,
+# -only keepalive,newconn,latency,tunnel,idle for parts. docs/BENCHMARKS.md.
+BENCH_PEERS_FLAGS ?=
+bench-peers: build
+	./scripts/install-test-deps.sh --bench-peers
+	$(GO) build -o bin/loadbench ./test/loadbench
+	./bin/loadbench -peers -netproxy bin/netproxy $(BENCH_PEERS_FLAGS)
 
 # The soak (issue 12; not part of `make test`): SOAK_CONNS concurrent
 # connections of mixed traffic for SOAK_DURATION against the real binary;

@@ -1,7 +1,53 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs on a fresh Debian machine, only when missing.
 # Runs as root in CI; as a non-root user it only reports what is missing.
+#
+# --bench-peers: instead, install only what `make bench-peers` needs (Squid, Dante's
+# server, wrk, taskset), without leaving Squid's or Dante's system services running or
+# enabled: the bench starts its own instances with its own configurations.
 set -euo pipefail
+
+if [ "${1:-}" = "--bench-peers" ]; then
+	need=()
+	command -v squid >/dev/null 2>&1 || need+=(squid)
+	command -v danted >/dev/null 2>&1 || need+=(dante-server)
+	command -v wrk >/dev/null 2>&1 || need+=(wrk)
+	command -v taskset >/dev/null 2>&1 || need+=(util-linux)
+	if [ ${#need[@]} -eq 0 ]; then
+		exit 0
+	fi
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "install-test-deps: missing ${need[*]} (run as root to install)" >&2
+		exit 1
+	fi
+	echo "install-test-deps: installing ${need[*]} for the peer bench"
+	export DEBIAN_FRONTEND=noninteractive
+	# Keep the packages' maintainer scripts from starting their services:
+	# a policy-rc.d that refuses every start, for the length of the install
+	# (unless the machine already has one of its own).
+	policy=/usr/sbin/policy-rc.d
+	own_policy=
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\nexit 101\n' >"$policy"
+		chmod 0755 "$policy"
+		own_policy=1
+	fi
+	status=0
+	{ apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; } || status=$?
+	if [ -n "$own_policy" ]; then
+		rm -f "$policy"
+	fi
+	# Whatever started anyway, stop it, and keep it from starting at boot.
+	for svc in squid danted; do
+		if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+			systemctl disable --now "$svc" >/dev/null 2>&1 || true
+		elif [ -x "/etc/init.d/$svc" ]; then
+			"/etc/init.d/$svc" stop >/dev/null 2>&1 || true
+			command -v update-rc.d >/dev/null 2>&1 && update-rc.d "$svc" disable >/dev/null 2>&1 || true
+		fi
+	done
+	exit $status
+fi
 
 need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)

@@ -13,6 +13,10 @@
 //   - the memory each idle CONNECT tunnel costs netproxy (RSS growth over
 //     5 000 tunnels).
 //
+// With -peers (`make bench-peers`, peers.go) it runs instead the side-by-side
+// bench of issue 14: the same workloads directly, through a bare splice
+// relay, Squid, Dante, a proxy on the goproxy library alone and netproxy.
+//
 // Every party but wrk runs as its own process (this binary re-executed with
 // -role) so it can be pinned. It must never need the network beyond loopback.
 package main
@@ -37,7 +41,8 @@ import (
 )
 
 func main() {
-	role := flag.String("role", "", "internal: run a helper role (http, blob, relay)")
+	role := flag.String("role", "", "internal: run a helper role (http, blob, relay, goproxy)")
+	body := flag.Int("body", 0, "internal: the http role's body size (0: a 34-byte line)")
 	to := flag.String("to", "", "internal: the relay's destination")
 	bin := flag.String("netproxy", "bin/netproxy", "netproxy binary")
 	wrk := flag.String("wrk", "wrk", "wrk binary (Debian package wrk)")
@@ -46,12 +51,38 @@ func main() {
 	conns := flag.Int("conns", 64, "keep-alive connections for the requests/s runs")
 	size := flag.Int64("bytes", 1<<30, "bytes per throughput run")
 	tunnels := flag.Int("tunnels", 5000, "idle CONNECT tunnels for the memory run")
-	only := flag.String("only", "http,tunnel,idle", "which parts to run")
+	only := flag.String("only", "http,tunnel,idle", "which parts to run (with -peers: "+strings.Join(peerParts, ",")+")")
+	peers := flag.Bool("peers", false, "run the peer bench (make bench-peers): direct, bare relay, Squid, Dante, goproxy library, netproxy side by side")
+	quick := flag.Bool("quick", false, "with -peers: short runs and small sizes, for developing the harness (numbers are not comparable)")
+	squid := flag.String("squid", "squid", "with -peers: Squid binary (Debian package squid)")
+	danted := flag.String("danted", "danted", "with -peers: Dante's server binary (Debian package dante-server)")
 	flag.Parse()
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var err error
-	if *role != "" {
-		err = runRole(*role, *to, *size)
-	} else {
+	switch {
+	case *role != "":
+		err = runRole(*role, *to, *size, *body)
+	case *peers:
+		po := peerOptions{netproxy: *bin, wrk: *wrk, squid: *squid, danted: *danted,
+			dur: 5 * time.Second, rounds: *rounds, conns: *conns, size: *size, tunnels: *tunnels, only: peerParts}
+		if *quick {
+			po.dur, po.size, po.tunnels = time.Second, 256<<20, 500
+		}
+		if set["duration"] {
+			po.dur = *dur
+		}
+		if set["bytes"] {
+			po.size = *size
+		}
+		if set["tunnels"] {
+			po.tunnels = *tunnels
+		}
+		if set["only"] {
+			po.only = strings.Split(*only, ",")
+		}
+		err = runPeers(po)
+	default:
 		err = run(options{bin: *bin, wrk: *wrk, dur: *dur, rounds: *rounds, conns: *conns, size: *size, tunnels: *tunnels, only: strings.Split(*only, ",")})
 	}
 	if err != nil {
@@ -418,8 +449,12 @@ func startHoldUpstream() (string, *heldConns, error) {
 	go func() {
 		for {
 			c, err := ln.Accept()
-			if err != nil {
+			if errors.Is(err, net.ErrClosed) {
 				return
+			}
+			if err != nil { // e.g. out of descriptors: keep serving
+				time.Sleep(10 * time.Millisecond)
+				continue
 			}
 			h.add(c)
 		}
@@ -436,6 +471,12 @@ func (h *heldConns) add(c net.Conn) {
 	h.mu.Lock()
 	h.conns = append(h.conns, c)
 	h.mu.Unlock()
+}
+
+func (h *heldConns) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.conns)
 }
 
 func (h *heldConns) closeAll() {

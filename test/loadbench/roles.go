@@ -23,7 +23,7 @@ import (
 
 // runRole runs one helper role until its parent dies. It prints the
 // listening address as its first stdout line.
-func runRole(role, to string, size int64) error {
+func runRole(role, to string, size int64, body int) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -31,19 +31,25 @@ func runRole(role, to string, size int64) error {
 	fmt.Println(ln.Addr().String())
 	switch role {
 	case "http":
-		return serveHTTPUpstream(ln)
+		return serveHTTPUpstream(ln, body)
 	case "blob":
 		return serveBlob(ln, size)
 	case "relay":
 		return serveRelay(ln, to)
+	case "goproxy":
+		return serveGoproxyLib(ln)
 	}
 	return fmt.Errorf("unknown role %q", role)
 }
 
 // serveHTTPUpstream is the plain-HTTP upstream: Go's net/http server with
-// a small fixed body (a typical small API answer).
-func serveHTTPUpstream(ln net.Listener) error {
+// a small fixed body (a typical small API answer). size > 0 makes the body
+// exactly size bytes (the peer bench's 1 KiB).
+func serveHTTPUpstream(ln net.Listener, size int) error {
 	body := []byte("hello from the benchmark upstream\n")
+	if size > 0 {
+		body = originBody(size)
+	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 		w.Write(body)
