@@ -80,6 +80,14 @@ func (t *Tunnel) Start(wg *sync.WaitGroup) {
 		t.finish()
 		return
 	}
+	if t.Parker != nil {
+		// Both directions start parked: one with bytes already queued is
+		// resumed at once (epoll reports a ready socket when it is added),
+		// and a tunnel that carries nothing never takes a goroutine.
+		t.Parker.park(t, dirUp, t.Client)
+		t.Parker.park(t, dirDown, t.Upstream)
+		return
+	}
 	go t.runDir(dirUp)
 	go t.runDir(dirDown)
 }
@@ -114,8 +122,9 @@ func (t *Tunnel) prepare() bool {
 		}
 	}
 	// A read deadline lives in the socket's poll descriptor: the limits
-	// cost no allocation and no timer of their own.
-	if at, ok := t.nextDeadline(); ok {
+	// cost no allocation and no timer of their own. (A parked direction
+	// arms its own when it resumes.)
+	if at, ok := t.nextDeadline(); ok && t.Parker == nil {
 		t.Client.SetReadDeadline(at)
 		t.Upstream.SetReadDeadline(at)
 	}
@@ -248,6 +257,9 @@ func (t *Tunnel) burst(dst, src *net.TCPConn) (int64, error) {
 	window := busyWindow
 	if t.Idle > 0 && t.Idle/2 < window {
 		window = t.Idle / 2 // the other direction must see this one's bytes in time
+	}
+	if t.Parker != nil && t.Parker.After < window {
+		window = t.Parker.After
 	}
 	var total int64
 	for {
