@@ -402,6 +402,12 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	out.Host = t.authority()
 	upType := upgradeType(req.Header)
 	removeHopByHop(out.Header)
+	// As httputil.ReverseProxy: the client's Connection: close is about its
+	// own connection, and no default User-Agent is added.
+	out.Close = false
+	if _, ok := out.Header["User-Agent"]; !ok {
+		out.Header.Set("User-Agent", "")
+	}
 	if upType != "" {
 		out.Header.Set("Connection", "Upgrade")
 		out.Header.Set("Upgrade", upType)

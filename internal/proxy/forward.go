@@ -36,6 +36,10 @@ import (
 // 413 part-way through an upload) has its answer forwarded; the client
 // connection then closes with a lingering close so the client reads it.
 
+// noUserAgent is the empty User-Agent value that keeps http.Request.Write
+// (and writeRequestHead) from adding a default one. Never modified.
+var noUserAgent = []string{""}
+
 // forward sends an allowed request upstream and relays the answer.
 func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, d hostpolicy.Decision, gen uint64, body bool) connNext {
 	c, bw := pc.c, pc.bw
@@ -54,6 +58,14 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 	req.Host = authority
 	req.RequestURI = ""
 	removeHopByHop(req.Header)
+	// As httputil.ReverseProxy: the client's Connection: close is about its
+	// own connection (the pooled upstream one stays open), and a request
+	// without a User-Agent reaches the upstream without one.
+	clientClose := req.Close
+	req.Close = false
+	if _, ok := req.Header["User-Agent"]; !ok {
+		req.Header["User-Agent"] = noUserAgent
+	}
 	if upType != "" {
 		req.Header["Connection"] = []string{"Upgrade"}
 		req.Header["Upgrade"] = []string{upType}
@@ -82,7 +94,7 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 		req.Body = sent
 	}
 	rw := &pc.rw
-	*rw = respWriter{bw: bw, req: req, closeAfter: req.Close}
+	*rw = respWriter{bw: bw, req: req, closeAfter: clientClose}
 	o := exchangeOpts{upgrade: upType, cutBody: pc.cutBody}
 	if watching {
 		o.intr = pc.watch
