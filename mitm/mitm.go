@@ -402,9 +402,13 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	out.Host = t.authority()
 	upType := upgradeType(req.Header)
 	removeHopByHop(out.Header)
-	// As httputil.ReverseProxy: the client's Connection: close is about its
-	// own connection, and no default User-Agent is added.
-	out.Close = false
+	// The client's Connection: close is about its own connection: a
+	// request without a body goes over a kept-alive upstream connection
+	// (one with a body keeps it, as on the plain path: docs/proxy.md), and
+	// no default User-Agent is added.
+	if !hasBody {
+		out.Close = false
+	}
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header.Set("User-Agent", "")
 	}

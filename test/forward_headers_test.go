@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,5 +81,39 @@ func TestClientConnectionHeadersStayHopByHop(t *testing.T) {
 	}
 	if got := conns.Load(); got != 1 {
 		t.Errorf("%d requests with a client's Connection: close took %d upstream connections, want 1 (pooled)", n, got)
+	}
+}
+
+// TestBodyRequestKeepsClientClose: a request with a body and the client's
+// Connection: close keeps it upstream. An upstream that answers while it
+// reads (an echo) streams the whole body back only on a connection that
+// closes after: net/http's server discards the unread rest of a keep-alive
+// request's body once it answers (the conformance case
+// http-allowed-post-body-intact).
+func TestBodyRequestKeepsClientClose(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(w, r.Body)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	p := StartProxy(t, StdConfig())
+	body := strings.Repeat("0123456789abcdef", 16<<10) // 256 KiB
+	client := &http.Client{Transport: &http.Transport{
+		Proxy:             http.ProxyURL(&url.URL{Scheme: "http", Host: p.HTTP}),
+		DisableKeepAlives: true, // sends Connection: close
+	}}
+	resp, err := client.Post(fmt.Sprintf("http://up.test:%d/echo", port), "application/octet-stream", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(got) != body {
+		t.Fatalf("echoed %d bytes, want the %d sent", len(got), len(body))
 	}
 }

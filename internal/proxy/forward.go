@@ -58,11 +58,17 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 	req.Host = authority
 	req.RequestURI = ""
 	removeHopByHop(req.Header)
-	// As httputil.ReverseProxy: the client's Connection: close is about its
-	// own connection (the pooled upstream one stays open), and a request
-	// without a User-Agent reaches the upstream without one.
+	// The client's Connection: close is about its own connection: a
+	// request without a body goes over a pooled upstream connection that
+	// stays open (as with httputil.ReverseProxy). One with a body keeps it:
+	// an upstream may stream its answer while it reads the body only on a
+	// connection that closes after (net/http's server discards an unread
+	// body of a keep-alive request once it answers). A request without a
+	// User-Agent reaches the upstream without one.
 	clientClose := req.Close
-	req.Close = false
+	if !body {
+		req.Close = false
+	}
 	if _, ok := req.Header["User-Agent"]; !ok {
 		req.Header["User-Agent"] = noUserAgent
 	}
