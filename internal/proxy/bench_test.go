@@ -92,3 +92,31 @@ func BenchmarkTunnelThroughput(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHTTPNewConnection measures one request per client connection
+// (Connection: close) through the HTTP front end to a keep-alive upstream.
+func BenchmarkHTTPNewConnection(b *testing.B) {
+	up := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") })}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go up.Serve(ln)
+	defer up.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	s := newBenchStack(b)
+	req := fmt.Sprintf("GET http://up.test:%d/ HTTP/1.1\r\nHost: up.test:%d\r\nConnection: close\r\n\r\n", port, port)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c, err := net.Dial("tcp", s.httpAddr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.WriteString(c, req)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		c.Close()
+	}
+}
