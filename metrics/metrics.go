@@ -39,6 +39,10 @@ type Metrics struct {
 
 	requests        *prometheus.CounterVec
 	deniedHosts     *prometheus.CounterVec
+	// bytesBy holds the bytes counter of every known direction and
+	// protocol, resolved once: the data path adds to it twice per request
+	// without hashing label values. Written only by initSeries.
+	bytesBy map[bytesKey]prometheus.Counter
 	decisionSeconds prometheus.Histogram
 
 	approvals        *prometheus.CounterVec
@@ -243,12 +247,13 @@ func New(maxHostLabels int) *Metrics {
 // increase()/rate() (Prometheus cannot know it started at 0), so the label
 // combinations a running proxy commonly produces exist from the first scrape.
 func (m *Metrics) initSeries() {
+	m.bytesBy = make(map[bytesKey]prometheus.Counter, len(protocolValues)*len(directionValues))
 	for p := range protocolValues {
 		for _, c := range commonDecisions {
 			m.requests.WithLabelValues(p, c[0], c[1], c[2])
 		}
 		for d := range directionValues {
-			m.bytes.WithLabelValues(d, p)
+			m.bytesBy[bytesKey{d, p}] = m.bytes.WithLabelValues(d, p)
 		}
 	}
 	for _, kind := range []string{"network", "exec"} {
@@ -429,8 +434,14 @@ func (m *Metrics) Bytes(direction, protocol string, n int64) {
 	if m == nil || n <= 0 {
 		return
 	}
+	if c, ok := m.bytesBy[bytesKey{direction, protocol}]; ok {
+		c.Add(float64(n))
+		return
+	}
 	m.bytes.WithLabelValues(clamp(direction, directionValues), clamp(protocol, protocolValues)).Add(float64(n))
 }
+
+type bytesKey struct{ direction, protocol string }
 
 // PolicyReload counts one reload attempt.
 func (m *Metrics) PolicyReload(ok bool) {
