@@ -37,12 +37,12 @@ const NoneLabel = "none"
 type Metrics struct {
 	reg *prometheus.Registry
 
-	requests        *prometheus.CounterVec
-	deniedHosts     *prometheus.CounterVec
+	requests    *prometheus.CounterVec
+	deniedHosts *prometheus.CounterVec
 	// bytesBy holds the bytes counter of every known direction and
 	// protocol, resolved once: the data path adds to it twice per request
 	// without hashing label values. Written only by initSeries.
-	bytesBy map[bytesKey]prometheus.Counter
+	bytesBy         map[bytesKey]prometheus.Counter
 	decisionSeconds prometheus.Histogram
 
 	approvals        *prometheus.CounterVec
