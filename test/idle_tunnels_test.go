@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -160,4 +161,60 @@ func TestIdleTunnelsCostFewKiB(t *testing.T) {
 			}, "every slot released after the clients closed")
 		})
 	}
+}
+
+// TestPolicyChangesReachParkedTunnels: an agent's tunnel that has gone
+// quiet (its directions parked, no goroutine waiting on it) must still be
+// closed by a reload that denies its host within 1 s, and by the kill
+// switch; a tunnel to a host still allowed keeps working after it wakes.
+func TestPolicyChangesReachParkedTunnels(t *testing.T) {
+	up := StartUpstream(t, false)
+	c := StdConfig()
+	c.Domains = append(c.Domains, [2]string{"keep.test", "allow"}, [2]string{"gone.test", "allow"})
+	c.Hosts["keep.test"] = []string{"127.0.0.1"}
+	c.Hosts["gone.test"] = []string{"127.0.0.1"}
+	p := StartProxy(t, c)
+	// Used once, then quiet: parked after the quiet spell.
+	gc, _ := framedTunnel(t, p, "https", nil, "gone.test", up.Port)
+	gs, _ := framedTunnel(t, p, "socks5", nil, "gone.test", up.Port)
+	kc, kbr := framedTunnel(t, p, "https", nil, "keep.test", up.Port)
+	// Never used: parked from the start.
+	rep, fresh := SocksConnect(t, p.SOCKS, nil, 0x01, "gone.test", up.Port)
+	if rep != 0 {
+		t.Fatalf("SOCKS5 gone.test: reply %d", rep)
+	}
+	time.Sleep(3500 * time.Millisecond) // > busy window + park delay
+
+	rewriteDomains(t, p, [2]string{"gone.test", "deny"})
+	start := time.Now()
+	if code, body := p.AdminRequest(t, "POST", "/api/reload", p.Token); code != 200 {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	for _, c := range []net.Conn{gc, gs, fresh} {
+		if !waitClosed(c, time.Second-time.Since(start)) {
+			t.Fatal("a parked tunnel to a now-denied host is still open 1 s after the reload")
+		}
+	}
+	if !stillServes(kc, kbr) {
+		t.Fatal("a parked tunnel to a host still allowed does not work after the reload")
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		return metricValue(t, p, "netproxy_connections_active", `{listener="socks5"}`) == 0
+	}, "the closed SOCKS5 tunnels' slots released")
+
+	// The kill switch closes a parked tunnel too.
+	time.Sleep(3500 * time.Millisecond)
+	cfg, err := os.ReadFile(p.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setNetworkEnabled(t, p, cfg, false)
+	p.Signal(syscall.SIGHUP)
+	if !waitClosed(kc, 2*time.Second) {
+		t.Fatal("a parked tunnel survived the kill switch")
+	}
+	// Every tunnel closed from outside has finished its own bookkeeping:
+	// a shutdown does not wait for any of them.
+	p.Signal(syscall.SIGTERM)
+	p.WaitExit(t, 3*time.Second)
 }
