@@ -112,26 +112,56 @@ func ParseURL(raw string) (*redis.UniversalOptions, error) {
 			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, Protocol: o.Protocol,
 		}, nil
 	case "":
-		return nil, fmt.Errorf("%q has no scheme; write redis://host:6379/0, rediss://… or redis-sentinel://host:26379?master_name=NAME", Redact(raw))
+		return nil, fmt.Errorf("the URL has no scheme; write redis://host:6379/0, rediss://… or redis-sentinel://host:26379?master_name=NAME")
 	default:
 		return nil, fmt.Errorf("scheme %q is not redis, rediss, redis-sentinel or rediss-sentinel", u.Scheme)
 	}
 }
 
-// Redact returns the URL with any password replaced, for messages.
+// Redact returns the URL for messages, with nothing that may hold a
+// secret: the password is replaced, and only the scheme, the user name,
+// the host, a numeric database path and master_name are kept (a fragment,
+// an opaque part, another path or query could be a mistyped password).
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
+	if err != nil || u.Scheme == "" || u.Opaque != "" {
+		return "(the URL, not shown: it is not scheme://host…)"
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	out := url.URL{Scheme: u.Scheme, Host: u.Host}
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			out.User = url.UserPassword(u.User.Username(), "xxxxx")
+		} else {
+			out.User = url.User(u.User.Username())
+		}
 	}
-	return u.String()
+	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+		if strings.Trim(db, "0123456789") == "" {
+			out.Path = u.Path
+		} else {
+			out.Path = "/…"
+		}
+	}
+	if u.RawQuery != "" {
+		q := url.Values{}
+		if m := u.Query().Get("master_name"); m != "" {
+			q.Set("master_name", m)
+		}
+		out.RawQuery = q.Encode()
+		if len(u.Query()) > len(q) {
+			out.RawQuery += "&…"
+		}
+	}
+	return out.String()
 }
 
 func scrub(err error, u *url.URL) string {
 	msg := err.Error()
+	// go-redis quotes the part it rejects ("invalid database number:
+	// \"…\""), which may be a mistyped password: keep only its complaint.
+	if i := strings.Index(msg, ": \""); i >= 0 {
+		msg = msg[:i]
+	}
 	if p, ok := u.User.Password(); ok && p != "" {
 		msg = strings.ReplaceAll(msg, p, "xxxxx")
 	}

@@ -44,10 +44,17 @@ func TestValidate(t *testing.T) {
 func FuzzParseURL(f *testing.F) {
 	f.Add("redis://u:pw@h:1/0")
 	f.Add("redis-sentinel://h?master_name=m")
+	f.Add("#0:pw@")
+	f.Add("redis:u:pw@h")
+	f.Add("redis://h/u:pw@x")
+	f.Add("redis-sentinel://h?master_name=m&sentinel_password=:pw@")
 	f.Fuzz(func(t *testing.T, s string) {
 		_, err := ParseURL(s)
 		if err != nil && strings.Contains(s, ":pw@") && strings.Contains(err.Error(), ":pw@") {
 			t.Fatalf("password leaked: %v", err)
+		}
+		if r := Redact(s); strings.Contains(s, ":pw@") && strings.Contains(r, ":pw@") {
+			t.Fatalf("Redact(%q) = %q leaks the password", s, r)
 		}
 	})
 }
