@@ -157,9 +157,14 @@ func Redact(raw string) string {
 
 func scrub(err error, u *url.URL) string {
 	msg := err.Error()
-	// go-redis quotes the part it rejects ("invalid database number:
-	// \"…\""), which may be a mistyped password: keep only its complaint.
-	if i := strings.Index(msg, ": \""); i >= 0 {
+	// go-redis repeats the part it rejects after its complaint ("redis:
+	// invalid URL path: /0/…", "invalid database number: \"…\""), which may
+	// be a mistyped password: keep only the complaint.
+	if rest, ok := strings.CutPrefix(msg, "redis: "); ok {
+		if i := strings.Index(rest, ": "); i >= 0 {
+			msg = msg[:len("redis: ")+i]
+		}
+	} else if i := strings.IndexAny(msg, ":\""); i >= 0 {
 		msg = msg[:i]
 	}
 	if p, ok := u.User.Password(); ok && p != "" {
