@@ -1,8 +1,9 @@
 // Package proxy owns netproxy's data path: admission of every accepted
 // connection (connection limit, attribution frame), the HTTP/CONNECT and
-// SOCKS5 front ends, the one pinned dialer, the byte-copying tunnels, and the
-// registry of open connections that every policy change, kill switch and
-// execution revocation re-checks (flows.go).
+// SOCKS5 front ends, the one pinned dialer, the byte-copying tunnels (with
+// the parker that holds their quiet directions without a goroutine,
+// park.go), and the registry of open connections that every policy change,
+// kill switch and execution revocation re-checks (flows.go).
 //
 // Every request goes through the one decision chain (hostpolicy) before any
 // upstream byte is sent; this package must never resolve or dial a target the

@@ -110,7 +110,7 @@ func (p *Parker) park(t *Tunnel, dir int, src *net.TCPConn) {
 	if err != nil || t.aborted.Load() {
 		// Closed meanwhile: whoever takes the entry ends the direction.
 		if p.take(key) {
-			t.dirEnded(dir)
+			t.dirEnded()
 		}
 	}
 }

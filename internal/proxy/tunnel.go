@@ -155,17 +155,16 @@ func (t *Tunnel) abort() {
 	t.Client.Close()
 	t.Upstream.Close()
 	if t.Parker != nil {
-		dirs := t.Parker.takeTunnel(t)
-		for d, parked := range dirs {
+		for _, parked := range t.Parker.takeTunnel(t) {
 			if parked {
-				t.dirEnded(d)
+				t.dirEnded()
 			}
 		}
 	}
 }
 
 // dirEnded counts a direction out; the last one finishes the tunnel.
-func (t *Tunnel) dirEnded(int) {
+func (t *Tunnel) dirEnded() {
 	if t.HalfCloseGrace > 0 && !t.aborted.Load() {
 		time.AfterFunc(t.HalfCloseGrace, t.abort)
 	}
@@ -222,13 +221,13 @@ func (t *Tunnel) runDir(dir int) {
 		}
 		if err != nil {
 			t.abort()
-			t.dirEnded(dir)
+			t.dirEnded()
 			return
 		}
 		if avail == 0 { // orderly EOF
 			dst.CloseWrite()
 			src.CloseRead()
-			t.dirEnded(dir)
+			t.dirEnded()
 			return
 		}
 		n, err := t.burst(dst, src)
@@ -236,12 +235,12 @@ func (t *Tunnel) runDir(dir int) {
 		if err == nil { // orderly EOF
 			dst.CloseWrite()
 			src.CloseRead()
-			t.dirEnded(dir)
+			t.dirEnded()
 			return
 		}
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.abort()
-			t.dirEnded(dir)
+			t.dirEnded()
 			return
 		}
 	}
