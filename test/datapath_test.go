@@ -595,13 +595,21 @@ func rewriteDomains(t *testing.T, p *Proxy, entries ...[2]string) {
 // TestReloadDenyClosesMatchingTunnels: a reload that adds a deny closes
 // the open tunnels (CONNECT and SOCKS5) to that host within 1 s, audited
 // as connection_closed denied; tunnels to other hosts stay.
-func TestReloadDenyClosesMatchingTunnels(t *testing.T) {
+// keepGoneProxy starts an upstream and a proxy that allows keep.test and
+// gone.test (both on the upstream): the fixture of the reload tests, which
+// deny gone.test and watch what happens to tunnels to each.
+func keepGoneProxy(t *testing.T) (*Upstream, *Proxy) {
+	t.Helper()
 	up := StartUpstream(t, false)
 	c := StdConfig()
 	c.Domains = append(c.Domains, [2]string{"keep.test", "allow"}, [2]string{"gone.test", "allow"})
 	c.Hosts["keep.test"] = []string{"127.0.0.1"}
 	c.Hosts["gone.test"] = []string{"127.0.0.1"}
-	p := StartProxy(t, c)
+	return up, StartProxy(t, c)
+}
+
+func TestReloadDenyClosesMatchingTunnels(t *testing.T) {
+	up, p := keepGoneProxy(t)
 	gc, _ := framedTunnel(t, p, "https", nil, "gone.test", up.Port)
 	gs, _ := framedTunnel(t, p, "socks5", nil, "gone.test", up.Port)
 	kc, kbr := framedTunnel(t, p, "https", nil, "keep.test", up.Port)

@@ -168,12 +168,7 @@ func TestIdleTunnelsCostFewKiB(t *testing.T) {
 // closed by a reload that denies its host within 1 s, and by the kill
 // switch; a tunnel to a host still allowed keeps working after it wakes.
 func TestPolicyChangesReachParkedTunnels(t *testing.T) {
-	up := StartUpstream(t, false)
-	c := StdConfig()
-	c.Domains = append(c.Domains, [2]string{"keep.test", "allow"}, [2]string{"gone.test", "allow"})
-	c.Hosts["keep.test"] = []string{"127.0.0.1"}
-	c.Hosts["gone.test"] = []string{"127.0.0.1"}
-	p := StartProxy(t, c)
+	up, p := keepGoneProxy(t)
 	// Used once, then quiet: parked after the quiet spell.
 	gc, _ := framedTunnel(t, p, "https", nil, "gone.test", up.Port)
 	gs, _ := framedTunnel(t, p, "socks5", nil, "gone.test", up.Port)
