@@ -36,10 +36,6 @@ import (
 // 413 part-way through an upload) has its answer forwarded; the client
 // connection then closes with a lingering close so the client reads it.
 
-// noUserAgent is the empty User-Agent value that keeps http.Request.Write
-// (and writeRequestHead) from adding a default one. Never modified.
-var noUserAgent = []string{""}
-
 // forward sends an allowed request upstream and relays the answer.
 func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, d hostpolicy.Decision, gen uint64, body bool) connNext {
 	c, bw := pc.c, pc.bw
@@ -70,7 +66,8 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 		req.Close = false
 	}
 	if _, ok := req.Header["User-Agent"]; !ok {
-		req.Header["User-Agent"] = noUserAgent
+		// Empty: http.Request.Write (and writeRequestHead) then add none.
+		req.Header["User-Agent"] = []string{""}
 	}
 	if upType != "" {
 		req.Header["Connection"] = []string{"Upgrade"}
