@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +37,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/netproxy/netproxy/test/benchproc"
 )
 
 func main() {
@@ -550,28 +551,15 @@ level = "warn"
 		return nil, err
 	}
 	np := &netproxy{cmd: cmd, httpAddr: addrs[0], dir: dir}
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get("http://" + addrs[2] + "/healthz"); err == nil {
-			resp.Body.Close()
-			return np, nil
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := benchproc.WaitHealthy(addrs[2], 15*time.Second); err != nil {
+		np.stop()
+		return nil, err
 	}
-	np.stop()
-	return nil, fmt.Errorf("netproxy did not become healthy")
+	return np, nil
 }
 
 func (n *netproxy) stop() {
-	n.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { n.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		n.cmd.Process.Kill()
-		<-done
-	}
+	benchproc.Stop(n.cmd, 20*time.Second)
 	os.RemoveAll(n.dir)
 }
 

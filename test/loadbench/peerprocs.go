@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"text/template"
 	"time"
+
+	"github.com/netproxy/netproxy/test/benchproc"
 )
 
 // The peers of the side-by-side bench run as their own processes, each
@@ -292,21 +294,11 @@ func startNetproxyPeer(bin string, originPort int) (*peerProc, error) {
 	if err := startProc(p, addrs[2]); err != nil {
 		return fail(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addrs[2] + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			p.stop()
-			return nil, fmt.Errorf("netproxy did not become healthy%s", p.logTail())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := benchproc.WaitHealthy(addrs[2], 15*time.Second); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("%w%s", err, p.logTail())
 	}
+	return p, nil
 }
 
 // netproxyCheck runs `netproxy check --json` and wants an allow with the

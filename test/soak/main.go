@@ -45,6 +45,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/netproxy/netproxy/test/benchproc"
 )
 
 type options struct {
@@ -465,28 +467,15 @@ idle_timeout = "1m"
 	if err := np.cmd.Start(); err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get("http://" + np.admin + "/healthz"); err == nil {
-			resp.Body.Close()
-			return np, nil
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := benchproc.WaitHealthy(np.admin, 15*time.Second); err != nil {
+		np.stop()
+		return nil, err
 	}
-	np.stop()
-	return nil, errors.New("netproxy did not become healthy")
+	return np, nil
 }
 
 func (n *netproxy) stop() {
-	n.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { n.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		n.cmd.Process.Kill()
-		<-done
-	}
+	benchproc.Stop(n.cmd, 20*time.Second)
 	os.RemoveAll(n.dir)
 }
 
