@@ -65,7 +65,7 @@ func TestAddressEntries(t *testing.T) {
 	s := e.Snapshot()
 	for a, want := range map[string]Reason{"169.254.169.254": ReasonDenied, "::ffff:169.254.169.254": ReasonDenied,
 		"10.20.1.1": ReasonNone, "10.30.0.1": ReasonNotAllowedLocal, "8.8.8.8": ReasonNone, "127.0.0.1": ReasonNotAllowedLocal} {
-		if r, ok := s.CheckDialAddr(netip.MustParseAddr(a)); r != want || ok != (want == ReasonNone) {
+		if r, ok := s.CheckDialAddr(netip.AddrPortFrom(netip.MustParseAddr(a), 443)); r != want || ok != (want == ReasonNone) {
 			t.Errorf("CheckDialAddr(%s) = %q %v, want %q", a, r, ok, want)
 		}
 	}
@@ -77,7 +77,7 @@ func TestAddressEntryErrors(t *testing.T) {
 	for _, c := range []struct{ entry, decision, want string }{
 		{"10.0.0.0/33", "deny", "not a valid CIDR"},
 		{"10.0.0.1/8", "deny", "write 10.0.0.0/8"},
-		{"10.0.0.0/8:443", "deny", "port"},
+		{"10.0.0.0/8:0", "deny", "port"},
 		{"*.10.0.0.0/8", "allow", "wildcard"},
 		{"10.*.0.0/8", "deny", "wildcard"},
 		{"[fd00::]/8", "deny", "brackets"},
@@ -95,9 +95,9 @@ func TestAddressEntryErrors(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "deny.txt")
 	os.WriteFile(f, []byte("# cloud metadata\n169.254.169.254\n10.0.0.0/8\n192.168.0.0/33\n"), 0o644)
-	_, err := Build(Options{Enabled: true, Entries: []Entry{{Pattern: "10.0.0.0/8:80", Decision: "allow", Origin: `network.domains."10.0.0.0/8:80"`}},
+	_, err := Build(Options{Enabled: true, Entries: []Entry{{Pattern: "10.0.0.0/8:80-79", Decision: "allow", Origin: `network.domains."10.0.0.0/8:80-79"`}},
 		DomainFiles: []DomainFile{{Path: f, Decision: "deny", Key: "network.domain_files[0]"}}})
-	if err == nil || !strings.Contains(err.Error(), f+":4") || !strings.Contains(err.Error(), `network.domains."10.0.0.0/8:80"`) {
+	if err == nil || !strings.Contains(err.Error(), f+":4") || !strings.Contains(err.Error(), `network.domains."10.0.0.0/8:80-79"`) {
 		t.Fatalf("errors must name file:line and key: %v", err)
 	}
 	if a, d := mustCompile(t, map[string]string{"10.0.0.0/8": "deny", "1.2.3.4": "deny", "fd00::/8": "allow"}, false).PatternCounts(); a != 1 || d != 2 {

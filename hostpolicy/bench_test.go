@@ -15,11 +15,31 @@ import (
 // plus cidrs CIDR prefixes of mixed lengths (/8 to /32, IPv4 and IPv6) in the
 // deny list.
 func benchPolicy(tb testing.TB, n, cidrs int) *Snapshot {
+	return benchPolicyPorts(tb, n, cidrs, false)
+}
+
+// benchPorts are the port scopes of the ported benchmark: single ports and
+// ranges, as a real policy would have (a few dozen distinct scopes).
+var benchPorts = func() []string {
+	out := []string{":443", ":8443", ":5432", ":8000-8999", ":9000-9100", ":1-1024"}
+	for p := 10000; len(out) < 30; p += 7 {
+		out = append(out, fmt.Sprintf(":%d", p))
+	}
+	return out
+}()
+
+// benchPolicyPorts is benchPolicy; with ported, every tenth entry of each
+// kind carries one of benchPorts (SPEC §3.2 port scopes).
+func benchPolicyPorts(tb testing.TB, n, cidrs int, ported bool) *Snapshot {
 	tb.Helper()
 	var allow, deny strings.Builder
 	for i := 0; i < n; i++ {
-		fmt.Fprintf(&allow, "allow%d.example.com\n*.allowzone%d.test\n", i, i)
-		fmt.Fprintf(&deny, "deny%d.example.net\n*.denyzone%d.test\n", i, i)
+		port := ""
+		if ported && i%10 == 0 {
+			port = benchPorts[(i/10)%len(benchPorts)]
+		}
+		fmt.Fprintf(&allow, "allow%d.example.com%s\n*.allowzone%d.test%s\n", i, port, i, port)
+		fmt.Fprintf(&deny, "deny%d.example.net%s\n*.denyzone%d.test%s\n", i, port, i, port)
 	}
 	for i := 0; i < cidrs; i++ {
 		bits := 8 + i%25
@@ -42,13 +62,16 @@ func benchPolicy(tb testing.TB, n, cidrs int) *Snapshot {
 }
 
 // benchResolver answers every benchmark name from static hosts (no DNS).
-func benchResolver(n int) Resolver {
+func benchResolver(n int, extra ...string) Resolver {
 	pub := []netip.Addr{netip.MustParseAddr("93.184.216.34")}
 	static := map[string][]netip.Addr{
 		"miss.unlisted.org":                             pub,
 		fmt.Sprintf("allow%d.example.com", n/2):         pub,
 		fmt.Sprintf("a.b.allowzone%d.test", n/2):        pub,
 		fmt.Sprintf("deep.x.y.z.allowzone%d.test", n-1): pub,
+	}
+	for _, h := range extra {
+		static[h] = pub
 	}
 	return NewResolver(static, DefaultDNSTimeout)
 }
@@ -72,6 +95,46 @@ func BenchmarkHostBlocked(b *testing.B) {
 			req := Request{Host: c.host, Port: 443, Protocol: ProtoHTTPS, Method: "CONNECT"}
 			if d := e.Evaluate(context.Background(), req); d.Reason != c.want {
 				b.Fatalf("%s: reason %q, want %q (%+v)", c.host, d.Reason, c.want, d.Steps)
+			}
+			b.Run(fmt.Sprintf("patterns=%d/%s", n, c.name), func(b *testing.B) {
+				ctx := context.Background()
+				b.ReportAllocs()
+				for b.Loop() {
+					e.Evaluate(ctx, req)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkHostBlockedPorts is BenchmarkHostBlocked with a tenth of the
+// entries port-scoped (30 distinct scopes, ranges among them): a lookup
+// stays one probe per label plus one per scope covering the port.
+func BenchmarkHostBlockedPorts(b *testing.B) {
+	for _, n := range []int{10, 1000, 100000} {
+		p := benchPolicyPorts(b, n, 0, true)
+		scoped := (n / 2) / 10 * 10 // an index with a port scope
+		e := newTestEngine(p, benchResolver(n, fmt.Sprintf("allow%d.example.com", n/2+1),
+			fmt.Sprintf("a.b.allowzone%d.test", n/2+1), fmt.Sprintf("allow%d.example.com", scoped)), ModeFull, nil)
+		cases := []struct {
+			name, host string
+			port       uint16
+			want       Reason
+		}{
+			{"miss", "miss.unlisted.org", 443, ReasonNotAllowed},
+			{"miss-port-8080", "miss.unlisted.org", 8080, ReasonNotAllowed},
+			{"hit-deny-exact", fmt.Sprintf("deny%d.example.net", n/2+1), 443, ReasonDenied},
+			{"hit-allow-exact", fmt.Sprintf("allow%d.example.com", n/2+1), 443, ReasonNone},
+			{"hit-allow-suffix", fmt.Sprintf("a.b.allowzone%d.test", n/2+1), 443, ReasonNone},
+			{"scoped-other-port", fmt.Sprintf("allow%d.example.com", scoped), 1, ReasonNone},
+		}
+		if benchPorts[(scoped/10)%len(benchPorts)] != ":1-1024" {
+			cases[len(cases)-1].want = ReasonNotAllowed
+		}
+		for _, c := range cases {
+			req := Request{Host: c.host, Port: c.port, Protocol: ProtoHTTPS, Method: "CONNECT"}
+			if d := e.Evaluate(context.Background(), req); d.Reason != c.want {
+				b.Fatalf("%s:%d: reason %q, want %q (%+v)", c.host, c.port, d.Reason, c.want, d.Steps)
 			}
 			b.Run(fmt.Sprintf("patterns=%d/%s", n, c.name), func(b *testing.B) {
 				ctx := context.Background()

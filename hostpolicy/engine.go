@@ -129,20 +129,21 @@ func (r engineResolver) LookupNetIP(ctx context.Context, host string) ([]netip.A
 // allow_local_binding) → not_allowed_local; the kill switch →
 // proxy_disabled. A target that is an exactly allow-listed local literal
 // may ignore not_allowed_local, never denied.
-func (e *Engine) CheckDialAddr(a netip.Addr) (Reason, bool) {
-	return e.state.Load().CheckDialAddr(a)
+func (e *Engine) CheckDialAddr(ap netip.AddrPort) (Reason, bool) {
+	return e.state.Load().CheckDialAddr(ap)
 }
 
 // CheckDialAddr: see Engine.CheckDialAddr.
-func (s *Snapshot) CheckDialAddr(a netip.Addr) (Reason, bool) {
+func (s *Snapshot) CheckDialAddr(ap netip.AddrPort) (Reason, bool) {
 	if !s.enabled {
 		return ReasonProxyDisabled, false
 	}
-	if _, ok := s.denyAddrs.match(a); ok {
+	a, port := ap.Addr(), ap.Port()
+	if _, ok := s.deny.matchAddr(a, port); ok {
 		return ReasonDenied, false
 	}
 	if !s.allowLocalBinding && IsNonPublic(a) {
-		if _, ok := s.allowPrefixes.match(a); !ok {
+		if _, ok := s.allow.matchPrefix(a, port); !ok {
 			return ReasonNotAllowedLocal, false
 		}
 	}
@@ -303,7 +304,7 @@ func (e *Engine) Recheck(host string, port int, addrs []netip.Addr) Decision {
 	if final && !d.Allowed() {
 		return d
 	}
-	if a, entry, ok := s.denyAddrs.matchAny(addrs); ok {
+	if a, entry, ok := s.deny.matchAnyAddr(addrs, req.Port); ok {
 		d.Verdict, d.Reason, d.Source, d.Pattern = Deny, ReasonDenied, SourceBaseline, entry
 		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "pinned address " + a.String() + " in " + entry})
 		return d
@@ -317,13 +318,7 @@ func (e *Engine) Recheck(host string, port int, addrs []netip.Addr) Decision {
 				return d
 			}
 		}
-		for _, a := range addrs {
-			if !IsNonPublic(a) {
-				continue
-			}
-			if _, ok := s.allowPrefixes.match(a); ok {
-				continue
-			}
+		if a, bad := s.firstLocal(addrs, req.Port); bad {
 			d.Verdict, d.Reason, d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
 			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "pinned address " + a.String() + " is non-public"})
 			return d
@@ -361,6 +356,7 @@ type target struct {
 	mapped    string // the IPv4 spelling of an IPv4-mapped literal
 	static    []netip.Addr
 	hasStatic bool
+	port      uint16 // the request's port: port-scoped entries match on it
 }
 
 // hostDecision is SPEC §3.4 steps 1–6 for one request.
@@ -384,6 +380,7 @@ func (s *Snapshot) chain(req Request) (d Decision, t target, final bool) {
 // replay judgements need the outcome only, and no allocation for it).
 func (s *Snapshot) chainTraced(req Request, trace bool) (d Decision, t target, final bool) {
 	d = Decision{Verdict: Deny, Source: SourceBaseline, Port: req.Port, noTrace: !trace}
+	t.port = req.Port
 	if trace {
 		// Room for every step (deny, local_guard, allow, step 5, mode) so
 		// the chain allocates its trace once.
@@ -424,7 +421,7 @@ func (s *Snapshot) chainTraced(req Request, trace bool) (d Decision, t target, f
 		if h == "" {
 			continue
 		}
-		if pat, ok := s.deny.match(h); ok {
+		if pat, ok := s.deny.matchName(h, t.port); ok {
 			d.Reason, d.Pattern = ReasonDenied, pat
 			d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: pat})
 			return d, t, true
@@ -436,13 +433,13 @@ func (s *Snapshot) chainTraced(req Request, trace bool) (d Decision, t target, f
 		return d, t, true
 	}
 	if t.isIP {
-		if entry, ok := s.denyAddrs.match(t.addr); ok {
+		if entry, ok := s.deny.matchAddr(t.addr, t.port); ok {
 			d.Reason, d.Pattern = ReasonDenied, entry
 			d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: entry})
 			return d, t, true
 		}
 	}
-	if a, entry, ok := s.denyAddrs.matchAny(t.static); ok {
+	if a, entry, ok := s.deny.matchAnyAddr(t.static, t.port); ok {
 		d.Reason, d.Pattern = ReasonDenied, entry
 		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "static answer " + a.String() + " in " + entry})
 		return d, t, true
@@ -453,12 +450,12 @@ func (s *Snapshot) chainTraced(req Request, trace bool) (d Decision, t target, f
 	// name is not resolved here.
 	if !s.allowLocalBinding {
 		if host == "localhost" || (t.isIP && IsNonPublic(t.addr)) {
-			pat, ok := s.allow.matchExact(host)
+			pat, ok := s.allow.matchExact(host, t.port)
 			if !ok && t.unscoped != "" {
-				pat, ok = s.allow.matchExact(t.unscoped)
+				pat, ok = s.allow.matchExact(t.unscoped, t.port)
 			}
 			if !ok && t.isIP {
-				pat, ok = s.allowAddrs.match(t.addr)
+				pat, ok = s.allow.matchAddr(t.addr, t.port)
 			}
 			if !ok {
 				d.Reason = ReasonNotAllowedLocal
@@ -483,7 +480,7 @@ func (s *Snapshot) chainTraced(req Request, trace bool) (d Decision, t target, f
 			d.Addrs = []netip.Addr{t.addr}
 			d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "public address"})
 		case t.hasStatic:
-			if a, bad := s.firstLocal(t.static); bad {
+			if a, bad := s.firstLocal(t.static, t.port); bad {
 				d.Reason = ReasonNotAllowedLocal
 				d.Addrs = append([]netip.Addr(nil), t.static...)
 				d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "static answer " + a.String() + " is non-public"})
@@ -504,14 +501,14 @@ func (s *Snapshot) chainTraced(req Request, trace bool) (d Decision, t target, f
 	}
 
 	// 4. allow list
-	pat, ok := s.allow.match(host)
+	pat, ok := s.allow.matchName(host, t.port)
 	if !ok && t.unscoped != "" && !s.allowLocalBinding {
 		// An exact scoped match is required when local binding is on
 		// (reference §2.2); otherwise the unscoped entry covers all scopes.
-		pat, ok = s.allow.match(t.unscoped)
+		pat, ok = s.allow.matchName(t.unscoped, t.port)
 	}
 	if !ok && t.isIP && (t.unscoped == "" || !s.allowLocalBinding) {
-		pat, ok = s.allowAddrs.match(t.addr)
+		pat, ok = s.allow.matchAddr(t.addr, t.port)
 	}
 	amendedHit := false
 	if !ok {
@@ -535,13 +532,13 @@ func (s *Snapshot) chainTraced(req Request, trace bool) (d Decision, t target, f
 }
 
 // firstLocal returns the first non-public address outside every allow-list
-// CIDR prefix.
-func (s *Snapshot) firstLocal(addrs []netip.Addr) (netip.Addr, bool) {
+// CIDR prefix that covers port.
+func (s *Snapshot) firstLocal(addrs []netip.Addr, port uint16) (netip.Addr, bool) {
 	for _, a := range addrs {
 		if !IsNonPublic(a) {
 			continue
 		}
-		if _, ok := s.allowPrefixes.match(a); ok {
+		if _, ok := s.allow.matchPrefix(a, port); ok {
 			continue
 		}
 		return a, true
@@ -559,7 +556,7 @@ func (s *Snapshot) resolveAllowed(ctx context.Context, d Decision, t target) Dec
 	if t.isIP || t.hasStatic {
 		return d
 	}
-	if s.allowLocalBinding && s.denyAddrs.empty() {
+	if s.allowLocalBinding && !s.deny.hasAddrs() {
 		return d
 	}
 	addrs, err := s.lookupDNS(ctx, t.host)
@@ -569,13 +566,13 @@ func (s *Snapshot) resolveAllowed(ctx context.Context, d Decision, t target) Dec
 		return d
 	}
 	d.Addrs = addrs
-	if a, entry, ok := s.denyAddrs.matchAny(addrs); ok {
+	if a, entry, ok := s.deny.matchAnyAddr(addrs, t.port); ok {
 		d.Verdict, d.Reason, d.Source, d.Pattern = Deny, ReasonDenied, SourceBaseline, entry
 		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "answer " + a.String() + " in " + entry})
 		return d
 	}
 	if !s.allowLocalBinding {
-		if a, bad := s.firstLocal(addrs); bad {
+		if a, bad := s.firstLocal(addrs, t.port); bad {
 			d.Verdict, d.Reason, d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
 			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "resolves to non-public address " + a.String()})
 			return d

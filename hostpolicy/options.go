@@ -79,6 +79,8 @@ type parsedEntry struct {
 	pattern   *hostname.Pattern
 	prefix    netip.Prefix
 	hasPrefix bool
+	// ports scopes the entry (SPEC §3.2); the zero value is every port.
+	ports hostname.PortRange
 }
 
 // CheckEntry validates one list entry exactly as Build does (config
@@ -93,27 +95,31 @@ func parseEntry(pattern, decision string) (parsedEntry, error) {
 	if decision != EntryAllow && decision != EntryDeny {
 		return parsedEntry{}, fmt.Errorf(`decision %q is not "allow" or "deny"`, decision)
 	}
-	s := strings.TrimSpace(pattern)
+	s, ports, err := hostname.SplitEntryPort(pattern)
+	if err != nil {
+		return parsedEntry{}, err
+	}
 	if strings.Contains(s, "/") {
 		p, err := parseCIDR(s)
 		if err != nil {
 			return parsedEntry{}, err
 		}
-		if decision == EntryDeny && p.Bits() == 0 {
+		if decision == EntryDeny && p.Bits() == 0 && ports.Any() {
 			return parsedEntry{}, fmt.Errorf("%q: a /0 prefix in the deny list denies every address; deny exact addresses or narrower prefixes", s)
 		}
-		return parsedEntry{prefix: p, hasPrefix: true}, nil
+		return parsedEntry{prefix: p, hasPrefix: true, ports: ports}, nil
 	}
-	p, err := hostname.ParsePattern(pattern)
+	p, err := hostname.ParsePattern(s)
 	if err != nil {
 		return parsedEntry{}, err
 	}
-	if decision == EntryDeny {
+	if decision == EntryDeny && ports.Any() {
+		// "*:25" in the deny list is a port fence, not "deny everything".
 		if err := hostname.CheckDeny(p); err != nil {
 			return parsedEntry{}, fmt.Errorf("%q: %w", pattern, err)
 		}
 	}
-	out := parsedEntry{pattern: &p}
+	out := parsedEntry{pattern: &p, ports: ports}
 	if p.Kind == hostname.Exact {
 		// A scoped literal stays a pattern only: its scope must match
 		// exactly (reference §2.2); the unscoped address covers all scopes.
@@ -235,9 +241,6 @@ func Build(opts Options) (*Snapshot, error) {
 	return &Snapshot{
 		allow:             b.allow.build(),
 		deny:              b.deny.build(),
-		allowAddrs:        b.allowAddrs.build(),
-		denyAddrs:         b.denyAddrs.build(),
-		allowPrefixes:     b.allowPrefixes.build(),
 		allowLocalBinding: opts.AllowLocalBinding,
 		mode:              opts.Mode,
 		enabled:           opts.Enabled,
@@ -285,4 +288,58 @@ func ReadDomainFile(path, decision string, add func(Entry) error) []error {
 // does; each error names path:line.
 func CheckDomainFile(path, decision string) []error {
 	return ReadDomainFile(path, decision, func(e Entry) error { return CheckEntry(e.Pattern, e.Decision) })
+}
+
+// BroadAllowWarning reports why an allow entry is broader than an operator
+// likely meant (SPEC §3.2: `netproxy config validate` warns about "*" and
+// "**.<tld>"; "*.<tld>" is as broad and warned about too). ok is false for
+// every other entry, and for entries that do not parse (errors report those).
+func BroadAllowWarning(pattern string) (msg string, ok bool) {
+	p, ports, err := hostname.ParseEntry(pattern)
+	if err != nil {
+		return "", false
+	}
+	on := "every port"
+	if !ports.Any() {
+		on = "port" + strings.Replace(ports.String(), ":", " ", 1)
+	}
+	switch {
+	case p.Kind == hostname.All:
+		return fmt.Sprintf("allow entry %q allows every host on %s: the allow list no longer limits anything (deny list and local guard still apply)", pattern, on), true
+	case (p.Kind == hostname.ApexAndSubdomains || p.Kind == hostname.Subdomains) && !strings.Contains(p.Domain, ".") && !isLiteral(p.Domain):
+		return fmt.Sprintf("allow entry %q allows every host under the top-level domain %q on %s; list the sites you mean", pattern, p.Domain, on), true
+	}
+	return "", false
+}
+
+// Warnings lists, for every allow entry of opts (inline and in domain
+// files) that BroadAllowWarning flags, one line naming its origin.
+func Warnings(opts Options) []string {
+	var out []string
+	warn := func(e Entry) error {
+		if e.Decision != EntryAllow {
+			return nil
+		}
+		if msg, ok := BroadAllowWarning(e.Pattern); ok {
+			if e.Origin != "" {
+				msg = e.Origin + ": " + msg
+			}
+			out = append(out, msg)
+		}
+		return nil
+	}
+	for _, e := range opts.Entries {
+		warn(e)
+	}
+	for _, df := range opts.DomainFiles {
+		if df.Decision == EntryAllow {
+			ReadDomainFile(df.Path, df.Decision, warn)
+		}
+	}
+	return out
+}
+
+func isLiteral(host string) bool {
+	_, err := netip.ParseAddr(host)
+	return err == nil
 }

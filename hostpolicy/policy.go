@@ -18,12 +18,9 @@ import (
 // store, so a request sees all of one snapshot or all of the next. Build it
 // with Build or Load; share it freely.
 type Snapshot struct {
-	allow, deny           *matcher
-	allowAddrs, denyAddrs *addrSet
-	// allowPrefixes are the allow list's CIDR entries only: the explicit
-	// exemption for the answers of a name (an exact literal entry allows
-	// that literal as a target, never a name resolving to it).
-	allowPrefixes     *addrSet
+	// allow and deny are the two lists (names, address entries, and the
+	// allow list's CIDR prefixes), each with its port-scoped entries.
+	allow, deny       *list
 	allowLocalBinding bool
 	mode              string
 	// enabled is network.enabled, the operator's kill switch. The zero
@@ -61,13 +58,11 @@ func (p *Snapshot) MITM() bool { return p.mitm }
 func (p *Snapshot) ListenAddrs() []string { return append([]string(nil), p.listen...) }
 
 type builder struct {
-	allow, deny                          *matcherBuilder
-	allowAddrs, denyAddrs, allowPrefixes *addrSetBuilder
+	allow, deny *listBuilder
 }
 
 func newBuilder() *builder {
-	return &builder{allow: newMatcherBuilder(), deny: newMatcherBuilder(),
-		allowAddrs: newAddrSetBuilder(), denyAddrs: newAddrSetBuilder(), allowPrefixes: newAddrSetBuilder()}
+	return &builder{allow: newListBuilder(""), deny: newListBuilder("")}
 }
 
 // add adds one entry; its error names the entry's origin.
@@ -87,24 +82,10 @@ func (b *builder) addPattern(pattern, decision string) error {
 	if err != nil {
 		return err
 	}
-	m, addrs := b.allow, b.allowAddrs
 	if decision == EntryDeny {
-		m, addrs = b.deny, b.denyAddrs
-	}
-	if pe.pattern != nil {
-		m.add(*pe.pattern)
+		b.deny.add(pe, false)
 	} else {
-		m.m.count++ // a CIDR entry: counted with the list's patterns
-	}
-	if pe.hasPrefix {
-		text := pe.prefix.String()
-		if pe.pattern != nil {
-			text = pe.pattern.Text
-		}
-		addrs.add(pe.prefix, text)
-		if pe.pattern == nil && decision == EntryAllow {
-			b.allowPrefixes.add(pe.prefix, text)
-		}
+		b.allow.add(pe, true)
 	}
 	return nil
 }
@@ -126,6 +107,10 @@ type matcher struct {
 
 	globBucket map[string][]glob // literal suffix → globs
 	globScan   []glob            // globs without a literal suffix
+
+	// suffix is appended to every reported match: the port scope of the
+	// entries (":443"), "" for unscoped ones.
+	suffix string
 }
 
 // domainEntry flags.
@@ -176,7 +161,7 @@ func (mb *matcherBuilder) add(p hostname.Pattern) {
 		mb.seenGlob[p.Text] = struct{}{}
 		m.count++
 		for _, g := range p.Globs {
-			gl := glob{expr: g, text: p.Text}
+			gl := glob{expr: g, text: p.Text + m.suffix}
 			if key := hostname.GlobSuffixKey(g); key != "" {
 				m.globBucket[key] = append(m.globBucket[key], gl)
 			} else {
@@ -236,9 +221,9 @@ func (m *matcher) match(host string) (string, bool) {
 	if i, ok := m.lookup(host); ok {
 		switch f := m.entries[i].flags; {
 		case f&flagExact != 0:
-			return host, true
+			return host + m.suffix, true
 		case f&flagApex != 0:
-			return "**." + host, true
+			return "**." + host + m.suffix, true
 		}
 	}
 	if len(m.entries) > 0 || len(m.globBucket) > 0 {
@@ -252,9 +237,9 @@ func (m *matcher) match(host string) (string, bool) {
 			if k, ok := m.lookup(suf); ok {
 				switch f := m.entries[k].flags; {
 				case f&flagSubDouble != 0:
-					return "**." + suf, true
+					return "**." + suf + m.suffix, true
 				case f&flagSubStar != 0:
-					return "*." + suf, true
+					return "*." + suf + m.suffix, true
 				}
 			}
 			for _, g := range m.globBucket[suf] {
@@ -270,7 +255,7 @@ func (m *matcher) match(host string) (string, bool) {
 		}
 	}
 	if m.all {
-		return "*", true
+		return "*" + m.suffix, true
 	}
 	return "", false
 }
@@ -281,7 +266,7 @@ func (m *matcher) matchExact(host string) (string, bool) {
 		return "", false
 	}
 	if i, ok := m.lookup(host); ok && m.entries[i].flags&flagExact != 0 {
-		return host, true
+		return host + m.suffix, true
 	}
 	return "", false
 }

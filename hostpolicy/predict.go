@@ -55,13 +55,13 @@ func (s *Snapshot) Predict(req Request, live Decision, o PredictOptions) Decisio
 	if !final && d.Allowed() {
 		if !t.isIP && !t.hasStatic && len(live.Addrs) > 0 {
 			addrs := live.Addrs
-			if a, entry, ok := s.denyAddrs.matchAny(addrs); ok {
+			if a, entry, ok := s.deny.matchAnyAddr(addrs, t.port); ok {
 				d.Verdict, d.Reason, d.Pattern = Deny, ReasonDenied, entry
 				d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "pinned address " + a.String() + " in " + entry})
 				return d
 			}
 			if !s.allowLocalBinding {
-				if a, bad := s.firstLocal(addrs); bad {
+				if a, bad := s.firstLocal(addrs, t.port); bad {
 					d.Verdict, d.Reason = Deny, ReasonNotAllowedLocal
 					d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "pinned address " + a.String() + " is non-public"})
 					return d

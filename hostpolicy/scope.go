@@ -42,12 +42,11 @@ const maxScopeEntries = 4096
 // scope's limited mode applies. A scope block is reason policy_denied,
 // source baseline_policy, with the scope's Level. Immutable once built.
 type Scope struct {
-	level                 string
-	allow, deny           *matcher
-	allowAddrs, denyAddrs *addrSet
-	hasAllow              bool
-	limited               bool
-	spec                  ScopeSpec
+	level       string
+	allow, deny *list
+	hasAllow    bool
+	limited     bool
+	spec        ScopeSpec
 }
 
 // Level is "execution" or "session".
@@ -87,7 +86,6 @@ func BuildScope(level string, spec ScopeSpec) (*Scope, error) {
 	}
 	return &Scope{
 		level: level, allow: b.allow.build(), deny: b.deny.build(),
-		allowAddrs: b.allowAddrs.build(), denyAddrs: b.denyAddrs.build(),
 		hasAllow: len(spec.Allow) > 0, limited: spec.Mode == ModeLimited,
 		spec: ScopeSpec{Allow: append([]string(nil), spec.Allow...), Deny: append([]string(nil), spec.Deny...), Mode: spec.Mode},
 	}, nil
@@ -111,12 +109,12 @@ func (s *Snapshot) Notes(spec ScopeSpec) []string {
 		if err != nil || h == "" {
 			continue
 		}
-		if pat, ok := s.deny.match(h); ok {
+		if pat, ok := s.deny.names.match(h); ok {
 			notes = append(notes, fmt.Sprintf("allow[%d] %q has no effect: the host-wide deny list denies it (%s); a narrower policy can only narrow", i, p, pat))
 			continue
 		}
 		if a, isIP := parseLiteral(h); isIP {
-			if entry, ok := s.denyAddrs.match(a); ok {
+			if entry, ok := s.deny.addrs.match(a); ok {
 				notes = append(notes, fmt.Sprintf("allow[%d] %q has no effect: the host-wide deny list denies it (%s); a narrower policy can only narrow", i, p, entry))
 			}
 		}
@@ -141,18 +139,18 @@ func scopeBlock(d *Decision, t target, scopes []*Scope) bool {
 			if h == "" {
 				continue
 			}
-			if pat, ok := sc.deny.match(h); ok {
+			if pat, ok := sc.deny.matchName(h, t.port); ok {
 				scopeDeny(d, sc.level, pat, StepDeny, ResultHit, sc.level+" deny list: "+pat)
 				return true
 			}
 		}
 		if t.isIP {
-			if entry, ok := sc.denyAddrs.match(t.addr); ok {
+			if entry, ok := sc.deny.matchAddr(t.addr, t.port); ok {
 				scopeDeny(d, sc.level, entry, StepDeny, ResultHit, sc.level+" deny list: "+entry)
 				return true
 			}
 		}
-		if a, entry, ok := sc.denyAddrs.matchAny(t.static); ok {
+		if a, entry, ok := sc.deny.matchAnyAddr(t.static, t.port); ok {
 			scopeDeny(d, sc.level, entry, StepDeny, ResultHit, sc.level+" deny list: static answer "+a.String()+" in "+entry)
 			return true
 		}
@@ -166,12 +164,12 @@ func scopeBlock(d *Decision, t target, scopes []*Scope) bool {
 			if h == "" {
 				continue
 			}
-			if _, ok = sc.allow.match(h); ok {
+			if _, ok = sc.allow.matchName(h, t.port); ok {
 				break
 			}
 		}
 		if !ok && t.isIP {
-			_, ok = sc.allowAddrs.match(t.addr)
+			_, ok = sc.allow.matchAddr(t.addr, t.port)
 		}
 		if !ok {
 			scopeDeny(d, sc.level, "", StepAllow, ResultMiss, sc.level+" allow list: no entry matches")
@@ -184,6 +182,7 @@ func scopeBlock(d *Decision, t target, scopes []*Scope) bool {
 // scopeAddrBlock checks pinned addresses against the scopes' deny address
 // entries (a name may resolve into a denied prefix).
 func scopeAddrBlock(d *Decision, addrs []netip.Addr, scopes []*Scope) bool {
+	port := d.Port
 	if len(addrs) == 0 {
 		return false
 	}
@@ -191,7 +190,7 @@ func scopeAddrBlock(d *Decision, addrs []netip.Addr, scopes []*Scope) bool {
 		if sc == nil {
 			continue
 		}
-		if a, entry, ok := sc.denyAddrs.matchAny(addrs); ok {
+		if a, entry, ok := sc.deny.matchAnyAddr(addrs, port); ok {
 			scopeDeny(d, sc.level, entry, StepDeny, ResultHit, sc.level+" deny list: address "+a.String()+" in "+entry)
 			return true
 		}
@@ -328,6 +327,7 @@ func ApplyScopes(d Decision, scopes []*Scope) Decision {
 		return d
 	}
 	t := targetOf(d.Host)
+	t.port = d.Port
 	if scopeBlock(&d, t, scopes) || scopeAddrBlock(&d, d.Addrs, scopes) {
 		return d
 	}

@@ -68,7 +68,7 @@ func TestBadAddressEntriesNameFileLineAndKey(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "deny.txt"), []byte("# metadata\n169.254.169.254\n10.0.0.0/33\n"), 0o644)
 	cfg := filepath.Join(dir, "netproxy.toml")
-	os.WriteFile(cfg, []byte("[network.domains]\n\"ok.test\" = \"allow\"\n\"10.1.0.0/16:443\" = \"allow\"\n\n[[network.domain_files]]\npath = \"deny.txt\"\ndecision = \"deny\"\n\n[dns]\nservers = [\"resolver.example\"]\n"), 0o644)
+	os.WriteFile(cfg, []byte("[network.domains]\n\"ok.test\" = \"allow\"\n\"10.1.0.0/16:0\" = \"allow\"\n\n[[network.domain_files]]\npath = \"deny.txt\"\ndecision = \"deny\"\n\n[dns]\nservers = [\"resolver.example\"]\n"), 0o644)
 	for _, args := range [][]string{{"check", "--config", cfg, "ok.test"}, {"config", "validate", cfg}, {"serve", "--config", cfg}} {
 		cmd := exec.Command(netproxyBin, args...)
 		cmd.Env = append(os.Environ(), "NETPROXY_HOME="+dir)
@@ -76,7 +76,7 @@ func TestBadAddressEntriesNameFileLineAndKey(t *testing.T) {
 		if cmd.ProcessState.ExitCode() != 2 {
 			t.Errorf("%v: exit %d, want 2\n%s", args, cmd.ProcessState.ExitCode(), out)
 		}
-		want := []string{cfg + ":3", `network.domains."10.1.0.0/16:443"`, "port", cfg + ":10", "dns.servers[0]"}
+		want := []string{cfg + ":3", `network.domains."10.1.0.0/16:0"`, "port", cfg + ":10", "dns.servers[0]"}
 		if args[0] != "serve" && args[0] != "check" {
 			want = append(want, filepath.Join(dir, "deny.txt")+":3")
 		}

@@ -9,7 +9,8 @@ import (
 )
 
 // runConfig implements `netproxy config validate FILE`: every error with its
-// key path (exit 2), or OK (exit 0).
+// key path (exit 2), or OK (exit 0) after one warning line per allow entry
+// that allows far more than a site (SPEC §3.2).
 func runConfig(args []string, stdout, stderr io.Writer) int {
 	if len(args) != 2 || args[0] != "validate" {
 		fmt.Fprintln(stderr, "usage: netproxy config validate FILE")
@@ -17,6 +18,7 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	path := args[1]
 	errs := config.Validate(path)
+	var warnings []string
 	if len(errs) == 0 {
 		// The file is sound; compile the policy too (domain files, rules of
 		// patterns) exactly as serve would.
@@ -25,6 +27,7 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 			var o hostpolicy.Options
 			if o, err = config.PolicyOptions(cfg); err == nil {
 				_, err = hostpolicy.Build(o)
+				warnings = hostpolicy.Warnings(o)
 			}
 			if err != nil {
 				errs = flatten(err)
@@ -39,6 +42,9 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "%s: %d error(s)\n", path, len(errs))
 		return exitUsage
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
 	fmt.Fprintf(stdout, "%s: OK\n", path)
 	return 0

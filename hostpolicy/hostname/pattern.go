@@ -43,8 +43,10 @@ var ErrGlobalWildcard = errors.New(`unsupported global wildcard domain pattern i
 
 const globMeta = "*?[]{}\\"
 
-// ParsePattern parses one configured pattern. A ":port" suffix is dropped
-// (ports are never part of domain policy); the rest is normalised like a host.
+// ParsePattern parses one host pattern. A ":port" suffix is dropped (a
+// credential's hosts, for instance, apply on every port); list entries,
+// whose port scopes them, are parsed with ParseEntry. The rest is
+// normalised like a host.
 func ParsePattern(raw string) (Pattern, error) {
 	s := strings.TrimSpace(raw)
 	if s == "" {

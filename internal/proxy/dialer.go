@@ -65,7 +65,7 @@ type Dialer struct {
 	// (hostpolicy.Engine.CheckDialAddr): deny-list address entries, the
 	// local guard with allow-list prefixes, the kill switch. nil: only the
 	// non-public check below.
-	CheckAddr func(netip.Addr) (hostpolicy.Reason, bool)
+	CheckAddr func(netip.AddrPort) (hostpolicy.Reason, bool)
 	Meter     *metrics.Metrics
 	// Via, when set, is sent on every CONNECT to the parent ("1.1
 	// netproxy-<instance>") so a parent that sends it back is seen as a
@@ -132,7 +132,7 @@ func (d *Dialer) addrs(ctx context.Context, t Target) ([]netip.Addr, error) {
 	for _, a := range addrs {
 		if d.CheckAddr != nil {
 			// An exactly allow-listed local literal may be local, never denied.
-			if r, ok := d.CheckAddr(a); !ok && (r != hostpolicy.ReasonNotAllowedLocal || !t.LocalLiteral) {
+			if r, ok := d.CheckAddr(netip.AddrPortFrom(a, t.Port)); !ok && (r != hostpolicy.ReasonNotAllowedLocal || !t.LocalLiteral) {
 				return nil, fmt.Errorf("%w %s (%s)", ErrNonPublic, a, r)
 			}
 			continue
