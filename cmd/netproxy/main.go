@@ -15,6 +15,7 @@ const usage = `usage:
   netproxy approvals list|show ID|decide ID DECISION|watch [--admin URL]
   netproxy cluster status [--config FILE] [--json]
   netproxy config validate FILE
+  netproxy audit verify FILE...
   netproxy guardian eval --corpus DIR [--config FILE] [--backend B] [--json]
 `
 
@@ -43,6 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runConfig(args[1:], stdout, stderr)
 	case "guardian":
 		return runGuardian(args[1:], stdout, stderr)
+	case "audit":
+		return runAudit(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

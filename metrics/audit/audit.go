@@ -91,6 +91,10 @@ type Record struct {
 	// Shadow is the [shadow] candidate's decision when it disagrees with
 	// this one; null otherwise.
 	Shadow *ShadowRecord `json:"shadow"`
+	// Seq and Prev chain the lines (SPEC §7.5): set by the writer
+	// goroutine, never by a caller.
+	Seq  uint64 `json:"seq"`
+	Prev string `json:"prev"`
 }
 
 // ShadowRecord is the "shadow" object of a network_decision line.
@@ -169,6 +173,9 @@ type Writer struct {
 // append mode and starts the writer. bufSize ≤ 0 means DefaultBufferSize.
 // logger receives write errors and drop reports (nil discards them; the
 // drop counter still counts).
+//
+// The chain of SPEC §7.5 continues where the file (or, after a rotation,
+// the chain state saved beside it) left off; see chain.go.
 func Open(path string, bufSize int, logger *slog.Logger, opts ...Option) (*Writer, error) {
 	if path == "" {
 		return nil, errors.New("audit: empty path (set [audit] path in the config)")
@@ -183,6 +190,11 @@ func Open(path string, bufSize int, logger *slog.Logger, opts ...Option) (*Write
 	if err != nil {
 		return nil, err
 	}
+	ch, err := recoverChain(f, path)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
 	w := &Writer{
 		path:   path,
 		logger: logger,
@@ -194,7 +206,7 @@ func Open(path string, bufSize int, logger *slog.Logger, opts ...Option) (*Write
 	for _, o := range opts {
 		o(w)
 	}
-	go w.run(f)
+	go w.run(f, ch)
 	return w, nil
 }
 
@@ -436,7 +448,7 @@ func (w *Writer) Close(ctx context.Context) error {
 }
 
 // run is the writer goroutine: the only one touching the file.
-func (w *Writer) run(f *os.File) {
+func (w *Writer) run(f *os.File, ch chain) {
 	defer close(w.done)
 	bw := bufio.NewWriterSize(f, 64<<10)
 	line := make([]byte, 0, 1024)
@@ -444,6 +456,9 @@ func (w *Writer) run(f *os.File) {
 	defer ticker.Stop()
 	var failing bool // in a burst of write errors: log once per burst
 	buffered := 0    // records in bw not yet flushed to the file
+	// flushed is the chain as it stands in the file: lines lost in a failed
+	// write must not leave a gap, so the chain rewinds to it.
+	flushed := ch
 
 	// lost counts n records that cannot reach the file as drops.
 	lost := func(n int, err error) {
@@ -459,12 +474,13 @@ func (w *Writer) run(f *os.File) {
 		failing = true
 	}
 	write := func(r Record) {
-		line = AppendRecord(line[:0], r)
+		line = ch.appendLine(line[:0], r)
 		if _, err := bw.Write(line); err != nil {
 			// bufio keeps failing once a write failed: drop what it holds.
 			lost(buffered+1, err)
 			bw.Reset(f)
 			buffered = 0
+			ch = flushed
 			return
 		}
 		buffered++
@@ -473,8 +489,12 @@ func (w *Writer) run(f *os.File) {
 		if err := bw.Flush(); err != nil {
 			lost(buffered, err)
 			bw.Reset(f)
-		} else if buffered > 0 {
-			failing = false
+			ch = flushed
+		} else {
+			if buffered > 0 {
+				failing = false
+			}
+			flushed = ch
 		}
 		buffered = 0
 	}
@@ -508,6 +528,9 @@ func (w *Writer) run(f *os.File) {
 			drain()
 			flush()
 			w.reportDrops(true)
+			if err := saveChain(w.path, flushed); err != nil {
+				w.logger.Error("audit: cannot save the chain state; a restart after rotating the file will restart seq", "path", w.path, "err", err)
+			}
 			err := f.Sync()
 			if errors.Is(err, syscall.EINVAL) {
 				err = nil // pipes and character devices cannot be synced
@@ -522,6 +545,11 @@ func (w *Writer) run(f *os.File) {
 		case reply := <-w.reopen:
 			drain()
 			flush()
+			// The new file starts empty: the chain state beside it lets a
+			// restart continue seq and prev across the rotation.
+			if err := saveChain(w.path, flushed); err != nil {
+				w.logger.Error("audit: cannot save the chain state; a restart after rotating the file will restart seq", "path", w.path, "err", err)
+			}
 			nf, err := openFile(w.path)
 			if err != nil {
 				// Keep writing to the old file rather than lose records.

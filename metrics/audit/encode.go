@@ -70,6 +70,9 @@ func AppendRecord(dst []byte, r Record) []byte {
 		dst = appendEscaped(dst, r.Shadow.Pattern)
 		dst = append(dst, `"}`...)
 	}
+	dst = append(dst, `,"seq":`...)
+	dst = strconv.AppendUint(dst, r.Seq, 10)
+	dst = appendField(dst, "prev", r.Prev)
 	return append(dst, "}\n"...)
 }
 
