@@ -42,4 +42,3 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout)
 	return 0
 }
-

@@ -73,7 +73,6 @@ func TestChainContinuesAcrossRestartAndRotation(t *testing.T) {
 	}
 }
 
-
 // TestVerifyFindsEveryTamper: an edited, removed, reordered or inserted
 // line breaks the chain at itself or the next line; the last line is
 // checked against the saved chain state.
@@ -96,7 +95,10 @@ func TestVerifyFindsEveryTamper(t *testing.T) {
 		{"seq rewritten", func(l []string) []string { l[3] = strings.Replace(l[3], `"seq":4`, `"seq":9`, 1); return l }, 4, "seq"},
 		{"last line edited", func(l []string) []string { l[5] = strings.Replace(l[5], `"reason":"x"`, `"reason":"z"`, 1); return l }, -1, "last line"},
 		{"garbage", func(l []string) []string { l[0] = "{nope\n"; return l }, 1, "JSON"},
-		{"first prev forged", func(l []string) []string { l[0] = strings.Replace(l[0], strings.Repeat("0", 64), strings.Repeat("1", 64), 1); return l }, 1, "000"},
+		{"first prev forged", func(l []string) []string {
+			l[0] = strings.Replace(l[0], strings.Repeat("0", 64), strings.Repeat("1", 64), 1)
+			return l
+		}, 1, "000"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cp := append([]string(nil), lines...)
