@@ -179,40 +179,32 @@ func BuildFilter(o FilterOptions) ([]bpf.RawInstruction, error) {
 	a.jeq(tiocsti, "eperm", "")
 	a.jeq(tioclinux, "eperm", "allow")
 
-	// The destination of sendmsg/sendmmsg is inside the msghdr, out of
-	// seccomp's reach; the flags argument is what can be checked.
-	a.label("flagsArg2")
-	a.op(bpf.LoadAbsolute{Off: seccompDataArg2, Size: 4})
-	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: msgFastOpen})
-	a.jeq(0, "allow", "eperm")
-	a.label("flagsArg3")
-	a.op(bpf.LoadAbsolute{Off: seccompDataArg3, Size: 4})
-	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: msgFastOpen})
-	a.jeq(0, "allow", "eperm")
-
-	// open(path, flags, mode) and openat(dfd, path, flags, mode): the mode
-	// counts only when the call creates (a stray mode without O_CREAT is
-	// ignored by the kernel, so it must not fail the open).
-	a.label("open")
-	a.op(bpf.LoadAbsolute{Off: seccompDataArg1, Size: 4})
-	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: openCreates})
-	a.jeq(0, "allow", "modeArg2")
-	a.label("openat")
-	a.op(bpf.LoadAbsolute{Off: seccompDataArg2, Size: 4})
-	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: openCreates})
-	a.jeq(0, "allow", "modeArg3")
-	a.label("modeArg1")
-	a.op(bpf.LoadAbsolute{Off: seccompDataArg1, Size: 4})
-	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: setIDBits})
-	a.jeq(0, "allow", "eperm")
-	a.label("modeArg2")
-	a.op(bpf.LoadAbsolute{Off: seccompDataArg2, Size: 4})
-	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: setIDBits})
-	a.jeq(0, "allow", "eperm")
-	a.label("modeArg3")
-	a.op(bpf.LoadAbsolute{Off: seccompDataArg3, Size: 4})
-	a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: setIDBits})
-	a.jeq(0, "allow", "eperm")
+	// Argument bit tests: (low 32 bits of the argument) & mask == 0 → clear,
+	// else → set.
+	// - flagsArg2/3: MSG_FASTOPEN in sendmsg's / sendto's and sendmmsg's
+	//   flags. The destination of sendmsg/sendmmsg is inside the msghdr,
+	//   out of seccomp's reach; the flags are what can be checked.
+	// - open/openat: the mode counts only when the flags create (the kernel
+	//   ignores a stray mode otherwise, so it must not fail the open).
+	// - modeArgN: S_ISUID|S_ISGID in the mode.
+	for _, b := range []struct {
+		label      string
+		off, mask  uint32
+		clear, set string
+	}{
+		{"flagsArg2", seccompDataArg2, msgFastOpen, "allow", "eperm"},
+		{"flagsArg3", seccompDataArg3, msgFastOpen, "allow", "eperm"},
+		{"open", seccompDataArg1, openCreates, "allow", "modeArg2"},
+		{"openat", seccompDataArg2, openCreates, "allow", "modeArg3"},
+		{"modeArg1", seccompDataArg1, setIDBits, "allow", "eperm"},
+		{"modeArg2", seccompDataArg2, setIDBits, "allow", "eperm"},
+		{"modeArg3", seccompDataArg3, setIDBits, "allow", "eperm"},
+	} {
+		a.label(b.label)
+		a.op(bpf.LoadAbsolute{Off: b.off, Size: 4})
+		a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: b.mask})
+		a.jeq(0, b.clear, b.set)
+	}
 
 	a.label("socketpair")
 	a.op(bpf.LoadAbsolute{Off: seccompDataArg0, Size: 4})
