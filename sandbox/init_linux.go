@@ -166,6 +166,7 @@ func initRun(ctl int, cfg *initConfig, cgroupProcs []int) (int, error) {
 	if cfg.Tier == TierLandlock {
 		filter.AllowInet = cfg.Network != NetworkNone
 		filter.InetStreamOnly = true
+		filter.DenyListen = true
 	}
 	if err := installSeccomp(filter); err != nil {
 		return 0, stepErr("seccomp", err)

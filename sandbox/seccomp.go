@@ -12,12 +12,15 @@ const (
 	seccompRetErrno       = 0x00050000
 	seccompRetAllow       = 0x7fff0000
 	errnoEPERM            = 1
+	errnoENOSYS           = 38
+	errnoEOPNOTSUPP       = 95
 
 	seccompDataNr   = 0
 	seccompDataArch = 4
 	seccompDataArg0 = 16 // low 32 bits on little-endian arches
 	seccompDataArg1 = 24
 	seccompDataArg2 = 32
+	seccompDataArg3 = 40
 
 	afUnix       = 1
 	afInet       = 2
@@ -35,6 +38,22 @@ const (
 	tioclinux = 0x541c
 
 	x32SyscallBit = 0x40000000
+
+	// msgFastOpen makes sendto/sendmsg/sendmmsg connect a fresh TCP socket
+	// inside the send (tcp_sendmsg_fastopen), past the socket_connect LSM
+	// hook that Landlock's TCP rules rely on. The flags are unsigned ints.
+	msgFastOpen = 0x20000000
+
+	// setIDBits are S_ISUID|S_ISGID: a file with either, written into a
+	// workspace, runs with its host owner's (often root's) ids once someone
+	// on the host executes it. The kernel reads modes as umode_t (16 bits),
+	// so the low 32 bits of the argument hold every bit it uses.
+	setIDBits = 0o6000
+	// openCreates are O_CREAT|__O_TMPFILE (the same on amd64 and arm64):
+	// only with one of them does open's mode argument create a file mode.
+	openCreates = 0o100 | 0o20000000
+
+	noSyscall = ^uint32(0) // the arch has no such syscall (arm64: chmod, open, …)
 )
 
 // archSyscalls holds the syscall numbers the filter names, per GOARCH, so
@@ -46,17 +65,34 @@ type archSyscalls struct {
 	ptrace, processVMReadv, processVMWritev     uint32
 	ioUringSetup, ioUringEnter, ioUringRegister uint32
 	addKey, requestKey, keyctl                  uint32
+	sendto, sendmsg, sendmmsg, listen           uint32
+	// Mode setters, by where the mode is: argument 1 (chmod, fchmod,
+	// creat, mknod) or 2 (fchmodat, fchmodat2, mknodat).
+	modeArg1, modeArg2 []uint32
+	open, openat       uint32 // mode only with openCreates in the flags
+	openat2            uint32 // mode inside a struct seccomp cannot read
+	setxattrs          []uint32
 }
 
 var syscallTables = map[string]archSyscalls{
 	"amd64": {auditArch: 0xc000003e, x32: true, socket: 41, socketpair: 53, ioctl: 16,
 		ptrace: 101, processVMReadv: 310, processVMWritev: 311,
 		ioUringSetup: 425, ioUringEnter: 426, ioUringRegister: 427,
-		addKey: 248, requestKey: 249, keyctl: 250},
+		addKey: 248, requestKey: 249, keyctl: 250,
+		sendto: 44, sendmsg: 46, sendmmsg: 307, listen: 50,
+		modeArg1: []uint32{90 /* chmod */, 91 /* fchmod */, 85 /* creat */, 133 /* mknod */},
+		modeArg2: []uint32{268 /* fchmodat */, 452 /* fchmodat2 */, 259 /* mknodat */},
+		open:     2, openat: 257, openat2: 437,
+		setxattrs: []uint32{188, 189, 190, 463 /* setxattrat */}},
 	"arm64": {auditArch: 0xc00000b7, socket: 198, socketpair: 199, ioctl: 29,
 		ptrace: 117, processVMReadv: 270, processVMWritev: 271,
 		ioUringSetup: 425, ioUringEnter: 426, ioUringRegister: 427,
-		addKey: 217, requestKey: 218, keyctl: 219},
+		addKey: 217, requestKey: 218, keyctl: 219,
+		sendto: 206, sendmsg: 211, sendmmsg: 269, listen: 201,
+		modeArg1: []uint32{52 /* fchmod */},
+		modeArg2: []uint32{53 /* fchmodat */, 452 /* fchmodat2 */, 33 /* mknodat */},
+		open:     noSyscall, openat: 56, openat2: 437,
+		setxattrs: []uint32{5, 6, 7, 463 /* setxattrat */}},
 }
 
 // FilterOptions chooses what the seccomp filter lets through.
@@ -77,13 +113,25 @@ type FilterOptions struct {
 	// SOCK_STREAM and SOCK_SEQPACKET only: a datagram socket can sendto()
 	// any named host socket (/dev/log) even from a pair.
 	AllowUnix bool
+	// DenyListen refuses listen(2) (landlock tier): on an unbound socket it
+	// autobinds an ephemeral port without Landlock's bind hook, and the
+	// listener is on the host's interfaces, where anything can connect in.
+	// Nothing inside could connect to it anyway (connects go to the
+	// bridge ports only).
+	DenyListen bool
 }
 
 // BuildFilter assembles the seccomp program: wrong arch → kill; x32 → EPERM;
 // socket() only for the allowed families (stream sockets only as TCP);
 // socketpair() only AF_UNIX stream/seqpacket; ioctl TIOCSTI/TIOCLINUX,
 // add_key/request_key/keyctl, io_uring_*, ptrace and
-// process_vm_readv/writev → EPERM; everything else allowed.
+// process_vm_readv/writev → EPERM; MSG_FASTOPEN on sendto/sendmsg/sendmmsg
+// → EPERM; listen → EPERM with DenyListen; S_ISUID/S_ISGID in the mode of
+// chmod/fchmod/fchmodat/fchmodat2/creat/mknod/mknodat, and of
+// open/openat when they create → EPERM; openat2 → ENOSYS (libc and Go
+// fall back to openat); the setxattr family → EOPNOTSUPP (the name is a
+// pointer, and security.capability is a file capability; tools treat
+// EOPNOTSUPP as a file system without xattrs); everything else allowed.
 func BuildFilter(o FilterOptions) ([]bpf.RawInstruction, error) {
 	t, ok := syscallTables[o.Arch]
 	if !ok {
@@ -100,6 +148,26 @@ func BuildFilter(o FilterOptions) ([]bpf.RawInstruction, error) {
 	a.jeq(t.ioctl, "ioctl", "")
 	a.jeq(t.socket, "socket", "")
 	a.jeq(t.socketpair, "socketpair", "")
+	a.jeq(t.sendto, "flagsArg3", "")
+	a.jeq(t.sendmmsg, "flagsArg3", "")
+	a.jeq(t.sendmsg, "flagsArg2", "")
+	a.jeq(t.openat, "openat", "")
+	if t.open != noSyscall {
+		a.jeq(t.open, "open", "")
+	}
+	for _, nr := range t.modeArg1 {
+		a.jeq(nr, "modeArg1", "")
+	}
+	for _, nr := range t.modeArg2 {
+		a.jeq(nr, "modeArg2", "")
+	}
+	a.jeq(t.openat2, "enosys", "")
+	for _, nr := range t.setxattrs {
+		a.jeq(nr, "eopnotsupp", "")
+	}
+	if o.DenyListen {
+		a.jeq(t.listen, "eperm", "")
+	}
 	for _, nr := range []uint32{t.ioUringSetup, t.ioUringEnter, t.ioUringRegister, t.ptrace, t.processVMReadv, t.processVMWritev,
 		t.addKey, t.requestKey, t.keyctl} {
 		a.jeq(nr, "eperm", "")
@@ -110,6 +178,33 @@ func BuildFilter(o FilterOptions) ([]bpf.RawInstruction, error) {
 	a.op(bpf.LoadAbsolute{Off: seccompDataArg1, Size: 4})
 	a.jeq(tiocsti, "eperm", "")
 	a.jeq(tioclinux, "eperm", "allow")
+
+	// Argument bit tests: (low 32 bits of the argument) & mask == 0 → clear,
+	// else → set.
+	// - flagsArg2/3: MSG_FASTOPEN in sendmsg's / sendto's and sendmmsg's
+	//   flags. The destination of sendmsg/sendmmsg is inside the msghdr,
+	//   out of seccomp's reach; the flags are what can be checked.
+	// - open/openat: the mode counts only when the flags create (the kernel
+	//   ignores a stray mode otherwise, so it must not fail the open).
+	// - modeArgN: S_ISUID|S_ISGID in the mode.
+	for _, b := range []struct {
+		label      string
+		off, mask  uint32
+		clear, set string
+	}{
+		{"flagsArg2", seccompDataArg2, msgFastOpen, "allow", "eperm"},
+		{"flagsArg3", seccompDataArg3, msgFastOpen, "allow", "eperm"},
+		{"open", seccompDataArg1, openCreates, "allow", "modeArg2"},
+		{"openat", seccompDataArg2, openCreates, "allow", "modeArg3"},
+		{"modeArg1", seccompDataArg1, setIDBits, "allow", "eperm"},
+		{"modeArg2", seccompDataArg2, setIDBits, "allow", "eperm"},
+		{"modeArg3", seccompDataArg3, setIDBits, "allow", "eperm"},
+	} {
+		a.label(b.label)
+		a.op(bpf.LoadAbsolute{Off: b.off, Size: 4})
+		a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: b.mask})
+		a.jeq(0, b.clear, b.set)
+	}
 
 	a.label("socketpair")
 	a.op(bpf.LoadAbsolute{Off: seccompDataArg0, Size: 4})
@@ -147,6 +242,10 @@ func BuildFilter(o FilterOptions) ([]bpf.RawInstruction, error) {
 	a.op(bpf.RetConstant{Val: seccompRetAllow})
 	a.label("eperm")
 	a.op(eperm)
+	a.label("enosys")
+	a.op(bpf.RetConstant{Val: seccompRetErrno | errnoENOSYS})
+	a.label("eopnotsupp")
+	a.op(bpf.RetConstant{Val: seccompRetErrno | errnoEOPNOTSUPP})
 	a.label("kill")
 	a.op(bpf.RetConstant{Val: seccompRetKillProcess})
 	return a.assemble()

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"golang.org/x/net/bpf"
@@ -42,9 +43,11 @@ func runFilter(t *testing.T, o FilterOptions, data []byte) uint32 {
 
 func TestSeccompFilterDecisions(t *testing.T) {
 	const (
-		allow = seccompRetAllow
-		eperm = seccompRetErrno | errnoEPERM
-		kill  = seccompRetKillProcess
+		allow      = seccompRetAllow
+		eperm      = seccompRetErrno | errnoEPERM
+		enosys     = seccompRetErrno | errnoENOSYS
+		eopnotsupp = seccompRetErrno | errnoEOPNOTSUPP
+		kill       = seccompRetKillProcess
 	)
 	const sockDgram, sockCloexec, afNetlink, afPacket, afVsock = 2, 0x80000, 16, 17, 40
 	for _, arch := range []string{"amd64", "arm64"} {
@@ -88,6 +91,64 @@ func TestSeccompFilterDecisions(t *testing.T) {
 			{"process_vm_readv denied", FilterOptions{AllowInet: true}, seccompData(tab.auditArch, tab.processVMReadv), eperm},
 			{"process_vm_writev denied", FilterOptions{AllowInet: true}, seccompData(tab.auditArch, tab.processVMWritev), eperm},
 			{"foreign arch killed", FilterOptions{AllowInet: true}, seccompData(0x40000003 /* i386 */, tab.socket, afInet), kill},
+			{"i386 socketcall killed", FilterOptions{AllowInet: true}, seccompData(0x40000003, 102 /* socketcall */, 1), kill},
+
+			// Item 1 of issue 22: TCP Fast Open connects inside the send.
+			{"sendto MSG_FASTOPEN denied", FilterOptions{AllowInet: true}, seccompData(tab.auditArch, tab.sendto, 3, 0, 10, msgFastOpen), eperm},
+			{"sendto FASTOPEN|NOSIGNAL denied", FilterOptions{AllowInet: true}, seccompData(tab.auditArch, tab.sendto, 3, 0, 10, msgFastOpen|0x4000), eperm},
+			{"sendto NOSIGNAL allowed", FilterOptions{AllowInet: true}, seccompData(tab.auditArch, tab.sendto, 3, 0, 10, 0x4000), allow},
+			{"sendmsg MSG_FASTOPEN denied", FilterOptions{AllowInet: true}, seccompData(tab.auditArch, tab.sendmsg, 3, 0, msgFastOpen), eperm},
+			{"sendmsg plain allowed", FilterOptions{AllowInet: true}, seccompData(tab.auditArch, tab.sendmsg, 3, 0, 0x40), allow},
+			{"sendmmsg MSG_FASTOPEN denied", FilterOptions{AllowInet: true}, seccompData(tab.auditArch, tab.sendmmsg, 3, 0, 1, msgFastOpen), eperm},
+			{"sendmmsg vlen = MSG_FASTOPEN bit allowed", FilterOptions{AllowInet: true}, seccompData(tab.auditArch, tab.sendmmsg, 3, 0, msgFastOpen, 0), allow},
+			{"listen allowed by default", FilterOptions{AllowInet: true}, seccompData(tab.auditArch, tab.listen, 3, 1), allow},
+			{"listen denied in the landlock tier", FilterOptions{AllowInet: true, InetStreamOnly: true, DenyListen: true}, seccompData(tab.auditArch, tab.listen, 3, 1), eperm},
+
+			// Item 6: setuid/setgid bits and file capabilities.
+			{"fchmodat 0755 allowed", FilterOptions{}, seccompData(tab.auditArch, tab.modeArg2[0], 0xffffff9c, 0, 0o755), allow},
+			{"fchmodat 1777 allowed", FilterOptions{}, seccompData(tab.auditArch, tab.modeArg2[0], 0xffffff9c, 0, 0o1777), allow},
+			{"fchmodat 4755 denied", FilterOptions{}, seccompData(tab.auditArch, tab.modeArg2[0], 0xffffff9c, 0, 0o4755), eperm},
+			{"fchmodat 2755 denied", FilterOptions{}, seccompData(tab.auditArch, tab.modeArg2[0], 0xffffff9c, 0, 0o2755), eperm},
+			{"fchmodat2 6755 denied", FilterOptions{}, seccompData(tab.auditArch, 452, 0xffffff9c, 0, 0o6755, 0), eperm},
+			{"chmod/fchmod 4755 denied", FilterOptions{}, seccompData(tab.auditArch, tab.modeArg1[0], 3, 0o4755), eperm},
+			{"chmod/fchmod 0644 allowed", FilterOptions{}, seccompData(tab.auditArch, tab.modeArg1[0], 3, 0o644), allow},
+			{"mknodat S_IFREG|4755 denied", FilterOptions{}, seccompData(tab.auditArch, tab.modeArg2[len(tab.modeArg2)-1], 0xffffff9c, 0, 0o104755, 0), eperm},
+			{"openat O_CREAT 0644 allowed", FilterOptions{}, seccompData(tab.auditArch, tab.openat, 0xffffff9c, 0, 0o101, 0o644), allow},
+			{"openat O_CREAT 4755 denied", FilterOptions{}, seccompData(tab.auditArch, tab.openat, 0xffffff9c, 0, 0o101, 0o4755), eperm},
+			{"openat O_TMPFILE 2755 denied", FilterOptions{}, seccompData(tab.auditArch, tab.openat, 0xffffff9c, 0, 0o20200001, 0o2755), eperm},
+			{"openat without O_CREAT ignores the mode", FilterOptions{}, seccompData(tab.auditArch, tab.openat, 0xffffff9c, 0, 0, 0o4755), allow},
+			{"openat2 ENOSYS", FilterOptions{}, seccompData(tab.auditArch, tab.openat2, 0xffffff9c, 0, 0, 24), enosys},
+		}
+		for _, nr := range tab.setxattrs {
+			cases = append(cases, struct {
+				name string
+				o    FilterOptions
+				data []byte
+				want uint32
+			}{fmt.Sprintf("setxattr family %d EOPNOTSUPP", nr), FilterOptions{}, seccompData(tab.auditArch, nr), eopnotsupp})
+		}
+		if arch == "amd64" {
+			for _, c := range []struct {
+				name string
+				nr   uint32
+				args []uint32
+				want uint32
+			}{
+				{"chmod 4755", 90, []uint32{0, 0o4755}, eperm},
+				{"chmod 755", 90, []uint32{0, 0o755}, allow},
+				{"creat 2755", 85, []uint32{0, 0o2755}, eperm},
+				{"mknod 4755", 133, []uint32{0, 0o104755}, eperm},
+				{"open O_CREAT 4755", 2, []uint32{0, 0o101, 0o4755}, eperm},
+				{"open O_CREAT 755", 2, []uint32{0, 0o101, 0o755}, allow},
+				{"open O_RDONLY junk mode", 2, []uint32{0, 0, 0o6777}, allow},
+			} {
+				cases = append(cases, struct {
+					name string
+					o    FilterOptions
+					data []byte
+					want uint32
+				}{c.name, FilterOptions{}, seccompData(tab.auditArch, c.nr, c.args...), c.want})
+			}
 		}
 		if tab.x32 {
 			cases = append(cases, struct {
