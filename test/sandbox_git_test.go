@@ -105,6 +105,13 @@ func TestSandboxGitPlantedSubmoduleDrivers(t *testing.T) {
 		for _, tier := range gitTiers {
 			t.Run(string(u)+"/"+tier, func(t *testing.T) {
 				dir := gitWorkspace(t, u)
+				if u == asRoot && tier == "namespaces" {
+					// No regression: a clean repository's git status still
+					// takes the rule's bypass.
+					if r := runGitBypass(t, u, dir, `["git","status"]`, "git status"); len(r.Attempts) != 1 || r.Attempts[0].Sandboxed || r.Sandbox.Tier != "none" {
+						t.Fatalf("clean repository: attempts %+v tier %s signals %v", r.Attempts, r.Sandbox.Tier, r.Sandbox.Signals)
+					}
+				}
 				out := etOutside(t)
 				markF, markT := filepath.Join(out, "filter-ran"), filepath.Join(out, "textconv-ran")
 				attack := `cp -r .git/modules/sub planted 2>&1
@@ -121,6 +128,10 @@ touch sub/t.txt; echo more >> sub/s.txt; exit 0`
 					t.Fatalf("git status ran the planted clean filter (attempts %+v, stdout %q, stderr %q)", r.Attempts, r.Stdout, r.Stderr)
 				}
 				t.Logf("status: %+v %q %q", r.Attempts, r.Stdout, r.Stderr)
+				if u == asRoot && tier == "landlock" && !slicesContainsPrefix(r.Sandbox.Signals, "git_bypass_refused:") {
+					// The landlock tier cannot stop the plant: the bypass must go.
+					t.Fatalf("planted submodule config: bypass not refused (signals %v)", r.Sandbox.Signals)
+				}
 				r = runGitBypass(t, u, dir, `["git","diff"]`, "git diff --submodule=diff")
 				if _, err := os.Stat(markT); err == nil {
 					t.Fatalf("git diff --submodule=diff ran the planted textconv (attempts %+v, stdout %q, stderr %q)", r.Attempts, r.Stdout, r.Stderr)
