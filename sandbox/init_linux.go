@@ -21,6 +21,9 @@ import (
 // forwards signals, reaps, and exits with the command's status. It returns
 // the process exit code.
 func InitMain() int {
+	if base := os.Getenv(janitorEnv); base != "" {
+		return placeholderJanitor(base)
+	}
 	// Every restriction below is per thread; the command is forked from this
 	// thread. Never unlocked.
 	runtime.LockOSThread()

@@ -286,9 +286,9 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	// the init starts (both are filesystem work that would otherwise add to
 	// the start-up); the config, and so the command, waits for them.
 	var (
-		prepPlaceholders []string
-		cleanExit        bool // the init reported exited: it is the only process left
-		earlyRemoval     chan struct{}
+		prepLease    *placeholderLease
+		cleanExit    bool // the init reported exited: it is the only process left
+		earlyRemoval chan struct{}
 	)
 	reaped := make(chan struct{})
 	var reapOnce sync.Once
@@ -316,7 +316,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	}
 	defer func() {
 		if !prepTaken {
-			prepPlaceholders = takePrep().placeholders
+			prepLease = takePrep().lease
 		}
 		// A placeholder goes only when nothing of the run can create the
 		// name any more: the init reports `exited` only after it killed
@@ -324,7 +324,7 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		// last one, and it runs no command code); otherwise (a failed or
 		// killed run) the init must be reaped first, whose exit takes the
 		// rest of the pid namespace with it.
-		if len(prepPlaceholders) > 0 && cmd.Process != nil && !cleanExit {
+		if prepLease != nil && cmd.Process != nil && !cleanExit {
 			_ = cmd.Process.Kill()
 			select {
 			case <-reaped:
@@ -333,9 +333,9 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		}
 		if earlyRemoval != nil {
 			<-earlyRemoval // started at `exited`
-			prepPlaceholders = nil
+			prepLease = nil
 		}
-		finishPrep(runPrep{cg: cg, placeholders: prepPlaceholders})
+		finishPrep(runPrep{cg: cg, lease: prepLease})
 	}()
 	restoreDumpable := func() {}
 	if tier == TierNamespaces && os.Geteuid() != 0 {
@@ -420,8 +420,11 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 	if err == nil && cfg.AwaitPrepared {
 		// The init builds its mounts meanwhile and waits for this only
 		// before it protects the names.
-		prepPlaceholders = takePrep().placeholders
-		err = ctlSend(parentFD, ctlMsg{Type: msgPrepared})
+		p := takePrep()
+		prepLease = p.lease
+		if err = p.err; err == nil {
+			err = ctlSend(parentFD, ctlMsg{Type: msgPrepared})
+		}
 	}
 	if err != nil {
 		_ = cmd.Process.Kill()
@@ -543,14 +546,14 @@ loop:
 				m := r.m
 				exited = &m
 				cleanExit = tier == TierNamespaces
-				if cleanExit && len(prepPlaceholders) > 0 && earlyRemoval == nil {
+				if cleanExit && prepLease != nil && earlyRemoval == nil {
 					// Nothing of the sandbox runs any more: overlap the
 					// removal with the output drain.
 					earlyRemoval = make(chan struct{})
-					go func(ph []string) {
+					go func(l *placeholderLease) {
 						defer close(earlyRemoval)
-						removePlaceholders(ph)
-					}(prepPlaceholders)
+						l.release()
+					}(prepLease)
 				}
 			case msgSetupFailed:
 				m := r.m
@@ -601,22 +604,28 @@ loop:
 
 // runPrep is the filesystem work done while the init starts.
 type runPrep struct {
-	cg           *runCgroup
-	placeholders []string
+	cg    *runCgroup
+	lease *placeholderLease
+	err   error // the placeholders could not be made: the run fails closed
 }
 
 // startPrep creates, under workspace-write in the namespaces tier, a
 // placeholder for every missing protected name: an empty mode-0 directory
 // the init mounts read-only over, so the command cannot create that name
 // (a planted .git would run code in the user's next host `git status`).
-// finishPrep removes them.
+// finishPrep releases them (placeholders_linux.go: the last run removes
+// them).
 func startPrep(s Spec, tier Tier) <-chan runPrep {
 	ch := make(chan runPrep, 1)
 	if tier != TierNamespaces || s.Kind != KindWorkspaceWrite {
 		ch <- runPrep{}
 		return ch
 	}
-	go func() { ch <- runPrep{placeholders: createPlaceholders(protectedRoots(s), s.ProtectedNames)} }()
+	go func() {
+		l, err := acquirePlaceholders(protectedRoots(s), s.ProtectedNames,
+			func(base string) { startJanitor(s.InitPath, s.InitArgs, base) })
+		ch <- runPrep{lease: l, err: err}
+	}()
 	return ch
 }
 
@@ -627,11 +636,11 @@ func finishPrep(p runPrep) {
 		p.cg.kill()
 	}
 	var wg sync.WaitGroup
-	if len(p.placeholders) > 0 {
+	if p.lease != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			removePlaceholders(p.placeholders)
+			p.lease.release()
 		}()
 	}
 	if p.cg != nil {
@@ -657,31 +666,6 @@ func tmpfsSizeOption(n int64) string {
 func protectedRoots(s Spec) []string {
 	roots := append([]string{s.Cwd}, s.WritableRoots...)
 	return dedupeNested(roots)
-}
-
-// createPlaceholders makes an empty mode-0 directory for every protected
-// name missing under a root and returns those it created. One it cannot
-// create (a root not writable by the caller) stays missing: then the
-// command cannot create it either.
-func createPlaceholders(roots, names []string) []string {
-	var made []string
-	for _, r := range roots {
-		for _, n := range names {
-			p := filepath.Join(r, n)
-			if err := unix.Mkdirat(unix.AT_FDCWD, p, 0); err == nil {
-				made = append(made, p)
-			}
-		}
-	}
-	return made
-}
-
-// removePlaceholders removes the placeholders again (rmdir: only while
-// still empty directories).
-func removePlaceholders(paths []string) {
-	for _, p := range paths {
-		_ = unix.Rmdir(p)
-	}
 }
 
 // supervisor turns the timeout, the caller's context, Spec.Stop and

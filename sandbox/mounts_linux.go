@@ -84,10 +84,16 @@ func applyMounts(p mountPlan, prepared func() error) (notes []string, err error)
 			return nil, stepErr("move_mount "+c.Path, err)
 		}
 	}
+	// Nested repositories are found while the parent makes the
+	// placeholders, and resolved before anything is mounted on a .git.
+	gitProt, gitErr := planGitProtection(p)
 	if prepared != nil {
 		if err := prepared(); err != nil {
 			return nil, stepErr("await_prepared", err)
 		}
+	}
+	if gitErr != nil {
+		return nil, stepErr("git_scan", gitErr)
 	}
 	for _, root := range p.ProtectedRoots {
 		for _, name := range p.ProtectedNames {
@@ -98,6 +104,11 @@ func applyMounts(p mountPlan, prepared func() error) (notes []string, err error)
 			notes = append(notes, n...)
 		}
 	}
+	gitNotes, err := gitProt.apply()
+	if err != nil {
+		return nil, err
+	}
+	notes = append(notes, gitNotes...)
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		// Host /proc stays, read-only; the command then sees host pids.
 		notes = append(notes, "proc_fallback:"+errnoName(err))

@@ -106,7 +106,12 @@ func newStdio(in io.Reader, out, errw io.Writer) (*stdio, error) {
 		st.done[i] = done
 		go func() {
 			defer close(done)
-			_, _ = io.Copy(w, pr)
+			if _, err := io.Copy(w, pr); err != nil {
+				// Our reader went away (`| head -1`): close this end so
+				// the command's next write fails as it would without
+				// execwrap (SIGPIPE) instead of blocking on a full pipe.
+				pr.Close()
+			}
 		}()
 	}
 	return st, nil

@@ -71,6 +71,13 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
+	// A reader of our output that goes away (`execwrap run … | head -1`)
+	// must not kill execwrap before it removed the placeholders: with
+	// SIGPIPE handled, such writes fail with EPIPE instead. (Handled, not
+	// ignored: an ignored SIGPIPE would be inherited by the command.)
+	pipes := make(chan os.Signal, 1)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	defer signal.Stop(pipes)
 	fwd := make(chan sandbox.Signal, 8)
 	go func() {
 		for s := range sigs {

@@ -25,6 +25,7 @@ import (
 // attempt runs the command once (the orchestrator's AttemptFunc).
 func (r *runner) attempt(ctx context.Context, sandboxed bool) (orchestrator.AttemptResult, error) {
 	var ar orchestrator.AttemptResult
+	env, sandboxed, gitNotes := r.gitGuard(ctx, sandboxed)
 	kind := r.inv.Kind
 	network := sandbox.NetworkMode(r.opts.network)
 	var keptSandbox bool
@@ -43,7 +44,7 @@ func (r *runner) attempt(ctx context.Context, sandboxed bool) (orchestrator.Atte
 	outBuf, errBuf := newCappedBuffer(r.opts.maxOutput), newCappedBuffer(r.opts.maxOutput)
 	kind, writable := workspaceRoots(kind, r.inv.Cwd, r.inv.BaseCwd, r.opts.writableRoots)
 	spec := sandbox.Spec{
-		Argv: r.inv.HandlerArgv, Cwd: r.inv.Cwd, Env: r.inv.Env,
+		Argv: r.inv.HandlerArgv, Cwd: r.inv.Cwd, Env: env,
 		Kind: kind, Network: network, Tier: sandbox.Tier(r.opts.tier),
 		WritableRoots: writable,
 		Stdin:         r.stdin, Timeout: r.opts.timeout, Signals: r.signals,
@@ -159,6 +160,7 @@ func (r *runner) attempt(ctx context.Context, sandboxed bool) (orchestrator.Atte
 	if keptSandbox {
 		res.Signals = append(res.Signals, "sandbox_kept_for_network_none")
 	}
+	res.Signals = append(res.Signals, gitNotes...)
 	ar.Result = res
 	ar.Stdout, ar.Stderr = outBuf.Bytes(), errBuf.Bytes()
 	return ar, nil
