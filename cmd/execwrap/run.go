@@ -68,9 +68,19 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	fwd, stop := forwardSignals()
+	defer stop()
+
+	r := &runner{inv: inv, opts: ro, stdin: stdin, stdout: stdout, stderr: stderr, signals: fwd,
+		client: netctl.New(ro.control)}
+	return r.run(ctx)
+}
+
+// forwardSignals relays SIGINT/TERM/HUP/QUIT to the sandboxed command
+// until stop is called.
+func forwardSignals() (<-chan sandbox.Signal, func()) {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	defer signal.Stop(sigs)
 	fwd := make(chan sandbox.Signal, 8)
 	go func() {
 		for s := range sigs {
@@ -80,10 +90,7 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 		}
 	}()
-
-	r := &runner{inv: inv, opts: ro, stdin: stdin, stdout: stdout, stderr: stderr, signals: fwd,
-		client: netctl.New(ro.control)}
-	return r.run(ctx)
+	return fwd, func() { signal.Stop(sigs) }
 }
 
 // invocation is the command as execcore sees it plus the sandbox flags.
@@ -198,7 +205,7 @@ type runner struct {
 	opts           runOptions
 	stdin          io.Reader
 	stdout, stderr io.Writer
-	signals        chan sandbox.Signal
+	signals        <-chan sandbox.Signal
 	client         *netctl.Client
 }
 
