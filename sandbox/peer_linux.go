@@ -77,21 +77,24 @@ func tcpInode(local, remote netip.AddrPort) string {
 // order.
 func parseProcNetAddr(s string) (netip.AddrPort, bool) {
 	a, p, ok := strings.Cut(s, ":")
-	if !ok || len(a) != 8 {
+	if !ok || (len(a) != 8 && len(a) != 32) {
 		return netip.AddrPort{}, false
 	}
 	raw, err := hex.DecodeString(a)
 	if err != nil {
 		return netip.AddrPort{}, false
 	}
-	word := binary.BigEndian.Uint32(raw)
-	var b [4]byte
-	binary.NativeEndian.PutUint32(b[:], word)
+	// /proc/net/tcp6 prints the 16 bytes as four such words.
+	b := make([]byte, len(raw))
+	for i := 0; i < len(raw); i += 4 {
+		binary.NativeEndian.PutUint32(b[i:], binary.BigEndian.Uint32(raw[i:]))
+	}
 	port, err := strconv.ParseUint(p, 16, 16)
 	if err != nil {
 		return netip.AddrPort{}, false
 	}
-	return netip.AddrPortFrom(netip.AddrFrom4(b), uint16(port)), true
+	ip, _ := netip.AddrFromSlice(b)
+	return netip.AddrPortFrom(ip, uint16(port)), true
 }
 
 // processTree lists root and its descendants (through every thread's

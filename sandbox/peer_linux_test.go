@@ -19,6 +19,11 @@ func TestParseProcNetAddr(t *testing.T) {
 			t.Errorf("%q parsed", bad)
 		}
 	}
+	// /proc/net/tcp6: four host-order words.
+	got, ok = parseProcNetAddr("00000000000000000000000001000000:1F90")
+	if !ok || got != netip.MustParseAddrPort("[::1]:8080") {
+		t.Fatalf("tcp6 ::1: got %v %v", got, ok)
+	}
 }
 
 func FuzzParseProcNetAddr(f *testing.F) {
@@ -26,8 +31,8 @@ func FuzzParseProcNetAddr(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if ap, ok := parseProcNetAddr(s); ok && !ap.Addr().Is4() {
-			t.Fatalf("%q gave a non-IPv4 address %v", s, ap)
+		if ap, ok := parseProcNetAddr(s); ok && ap.Addr().Is4() != (len(s) > 8 && s[8] == ':') {
+			t.Fatalf("%q gave %v: IPv4 only from 8 hex digits", s, ap)
 		}
 	})
 }

@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/netproxy/netproxy/sandbox/selftest"
 )
 
 const usage = `usage:
   execwrap check [--json] [--rules DIR]... [--approval-policy P] [--sandbox KIND] [--sandbox-permissions X] [--cwd DIR] [--shell PATH] [--tool T --args JSON] [-- ARGV...]
   execwrap run [same flags] [--network proxied|none|host] [--control SOCKET] [--session ID] [--env-id ID] [--timeout D]
                [--limit-memory SIZE|N%] [--limit-pids N] [--limit-tmpfs SIZE] [--allow-degraded] [--json] -- ARGV...
+  execwrap selftest [--json] [--probe-host HOST:PORT] [run flags]
   execwrap doctor
 `
 
@@ -21,6 +24,10 @@ func main() {
 	// dispatched before anything else runs.
 	if len(os.Args) > 1 && os.Args[1] == "__sandbox-init" {
 		os.Exit(runSandboxInit(os.Args[2:]))
+	}
+	// The selftest's probe battery is the command inside the sandbox.
+	if len(os.Args) > 1 && os.Args[1] == selftest.ProbeArg {
+		os.Exit(selftest.ProbeMain(os.Args[2:], os.Stdout))
 	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
@@ -35,6 +42,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runCheck(args[1:], stdin, stdout, stderr)
 	case "run":
 		return runRun(args[1:], stdin, stdout, stderr)
+	case "selftest":
+		return runSelftest(args[1:], stdin, stdout, stderr)
 	case "doctor":
 		return runDoctor(args[1:], stdout, stderr)
 	case "-h", "--help", "help":

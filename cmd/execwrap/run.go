@@ -68,16 +68,25 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	fwd, stop := forwardSignals()
+	defer stop()
+
+	r := &runner{inv: inv, opts: ro, stdin: stdin, stdout: stdout, stderr: stderr, signals: fwd,
+		client: netctl.New(ro.control)}
+	return r.run(ctx)
+}
+
+// forwardSignals relays SIGINT/TERM/HUP/QUIT to the sandboxed command and
+// holds SIGPIPE until stop is called.
+func forwardSignals() (<-chan sandbox.Signal, func()) {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	defer signal.Stop(sigs)
 	// A reader of our output that goes away (`execwrap run … | head -1`)
 	// must not kill execwrap before it removed the placeholders: with
 	// SIGPIPE handled, such writes fail with EPIPE instead. (Handled, not
 	// ignored: an ignored SIGPIPE would be inherited by the command.)
 	pipes := make(chan os.Signal, 1)
 	signal.Notify(pipes, syscall.SIGPIPE)
-	defer signal.Stop(pipes)
 	fwd := make(chan sandbox.Signal, 8)
 	go func() {
 		for s := range sigs {
@@ -87,10 +96,7 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 		}
 	}()
-
-	r := &runner{inv: inv, opts: ro, stdin: stdin, stdout: stdout, stderr: stderr, signals: fwd,
-		client: netctl.New(ro.control)}
-	return r.run(ctx)
+	return fwd, func() { signal.Stop(sigs); signal.Stop(pipes) }
 }
 
 // invocation is the command as execcore sees it plus the sandbox flags.
@@ -205,7 +211,7 @@ type runner struct {
 	opts           runOptions
 	stdin          io.Reader
 	stdout, stderr io.Writer
-	signals        chan sandbox.Signal
+	signals        <-chan sandbox.Signal
 	client         *netctl.Client
 }
 
