@@ -53,6 +53,13 @@ const (
 	// only with one of them does open's mode argument create a file mode.
 	openCreates = 0o100 | 0o20000000
 
+	// cloneNewUser is CLONE_NEWUSER: a nested user namespace hands the
+	// sandboxed process a full capability set over fresh namespaces — the
+	// kernel's largest attack surface for an unprivileged process — and
+	// nothing a command needs (as Docker's default profile and bwrap
+	// --disable-userns refuse it).
+	cloneNewUser = 0x10000000
+
 	noSyscall = ^uint32(0) // the arch has no such syscall (arm64: chmod, open, …)
 )
 
@@ -72,6 +79,9 @@ type archSyscalls struct {
 	open, openat       uint32 // mode only with openCreates in the flags
 	openat2            uint32 // mode inside a struct seccomp cannot read
 	setxattrs          []uint32
+	// Namespace creation: the flags are argument 0 of unshare and clone;
+	// clone3 keeps them in a struct seccomp cannot read.
+	unshare, clone, clone3 uint32
 }
 
 var syscallTables = map[string]archSyscalls{
@@ -83,7 +93,8 @@ var syscallTables = map[string]archSyscalls{
 		modeArg1: []uint32{90 /* chmod */, 91 /* fchmod */, 85 /* creat */, 133 /* mknod */},
 		modeArg2: []uint32{268 /* fchmodat */, 452 /* fchmodat2 */, 259 /* mknodat */},
 		open:     2, openat: 257, openat2: 437,
-		setxattrs: []uint32{188, 189, 190, 463 /* setxattrat */}},
+		setxattrs: []uint32{188, 189, 190, 463 /* setxattrat */},
+		unshare:   272, clone: 56, clone3: 435},
 	"arm64": {auditArch: 0xc00000b7, socket: 198, socketpair: 199, ioctl: 29,
 		ptrace: 117, processVMReadv: 270, processVMWritev: 271,
 		ioUringSetup: 425, ioUringEnter: 426, ioUringRegister: 427,
@@ -92,7 +103,8 @@ var syscallTables = map[string]archSyscalls{
 		modeArg1: []uint32{52 /* fchmod */},
 		modeArg2: []uint32{53 /* fchmodat */, 452 /* fchmodat2 */, 33 /* mknodat */},
 		open:     noSyscall, openat: 56, openat2: 437,
-		setxattrs: []uint32{5, 6, 7, 463 /* setxattrat */}},
+		setxattrs: []uint32{5, 6, 7, 463 /* setxattrat */},
+		unshare:   97, clone: 220, clone3: 435},
 }
 
 // FilterOptions chooses what the seccomp filter lets through.
@@ -129,7 +141,8 @@ type FilterOptions struct {
 // → EPERM; listen → EPERM with DenyListen; S_ISUID/S_ISGID in the mode of
 // chmod/fchmod/fchmodat/fchmodat2/creat/mknod/mknodat, and of
 // open/openat when they create → EPERM; openat2 → ENOSYS (libc and Go
-// fall back to openat); the setxattr family → EOPNOTSUPP (the name is a
+// fall back to openat); CLONE_NEWUSER in unshare/clone → EPERM and clone3
+// → ENOSYS (callers fall back to clone); the setxattr family → EOPNOTSUPP (the name is a
 // pointer, and security.capability is a file capability; tools treat
 // EOPNOTSUPP as a file system without xattrs); everything else allowed.
 func BuildFilter(o FilterOptions) ([]bpf.RawInstruction, error) {
@@ -162,6 +175,10 @@ func BuildFilter(o FilterOptions) ([]bpf.RawInstruction, error) {
 		a.jeq(nr, "modeArg2", "")
 	}
 	a.jeq(t.openat2, "enosys", "")
+	a.jeq(t.unshare, "nsArg0", "")
+	a.jeq(t.clone, "nsArg0", "")
+	// clone3's flags are in a struct: ENOSYS makes glibc fall back to clone.
+	a.jeq(t.clone3, "enosys", "")
 	for _, nr := range t.setxattrs {
 		a.jeq(nr, "eopnotsupp", "")
 	}
@@ -199,6 +216,7 @@ func BuildFilter(o FilterOptions) ([]bpf.RawInstruction, error) {
 		{"modeArg1", seccompDataArg1, setIDBits, "allow", "eperm"},
 		{"modeArg2", seccompDataArg2, setIDBits, "allow", "eperm"},
 		{"modeArg3", seccompDataArg3, setIDBits, "allow", "eperm"},
+		{"nsArg0", seccompDataArg0, cloneNewUser, "allow", "eperm"},
 	} {
 		a.label(b.label)
 		a.op(bpf.LoadAbsolute{Off: b.off, Size: 4})
