@@ -243,6 +243,12 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		}
 	}
 	cfg.Env = SetEnv(env, "EXECWRAP_SANDBOX", "1")
+	hidden, hideNotes, err := planHidden(s.HiddenPaths, keepVisible(s, cfg.PrivateTmp), osHideFS())
+	if err != nil {
+		return res, fmt.Errorf("sandbox: %w", err)
+	}
+	cfg.Hidden = hidden
+	res.Signals = append(res.Signals, hideNotes...)
 
 	cmd := &exec.Cmd{
 		Path:       s.InitPath,

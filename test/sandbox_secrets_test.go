@@ -40,12 +40,13 @@ func newSecretsFixture(t *testing.T) *secretsFixture {
 	t.Helper()
 	// Outside /tmp: the namespaces tier's private /tmp would hide a
 	// fixture there whatever execwrap does.
-	base, err := os.MkdirTemp("/var/tmp", "execwrap-secrets-")
+	base, err := os.MkdirTemp("/var/tmp", "ews-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
 	os.Chmod(base, 0o755)
+	escBins(t) // copied once for the whole run: not into this test's TMPDIR
 	t.Setenv("TMPDIR", base)
 
 	ca := newTestCA(t, "e2e secrets MITM CA")
@@ -254,7 +255,7 @@ func TestSandboxSecretsHidden(t *testing.T) {
 
 // Without netproxy, execwrap still hides what it knows itself:
 // NETPROXY_HOME, the default deny-read list and --deny-read.
-func TestSandboxSecretsHiddenWithoutNetproxy(t *testing.T) {
+func TestSandboxSecretsNoNetproxy(t *testing.T) {
 	f := newSecretsFixture(t)
 	own := func(p string) bool { return !f.viaNetproxy[p] }
 	for _, tu := range escTierUsers(t) {
