@@ -42,6 +42,7 @@ type initConfig struct {
 	Network        NetworkMode      `json:"network"`
 	WritableRoots  []string         `json:"writable_roots"`
 	ProtectedNames []string         `json:"protected_names"`
+	Hidden         []hiddenPath     `json:"hidden,omitempty"` // hide.go
 	Listeners      []listenerConfig `json:"listeners,omitempty"`
 	ConnectPorts   []uint16         `json:"connect_ports,omitempty"` // landlock tier
 	PrivateTmp     string           `json:"private_tmp,omitempty"`   // landlock tier

@@ -143,7 +143,7 @@ func initRun(ctl int, cfg *initConfig, cgroupProcs []int) (int, error) {
 	if cfg.Kind == KindWorkspaceWrite {
 		rw = append(rw, cfg.Cwd)
 	}
-	ll := landlockRules{RWDirs: rw}
+	ll := landlockRules{RWDirs: rw, Hidden: cfg.Hidden, SplitRW: cfg.Tier == TierLandlock}
 	if cfg.Tier == TierNamespaces {
 		ll.RWDirs = append(ll.RWDirs, "/tmp", "/run", "/dev/shm")
 	} else {

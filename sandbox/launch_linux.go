@@ -398,6 +398,16 @@ func runInit(ctx context.Context, s Spec, tier Tier) (res Result, err error) {
 		}
 		_ = cmd.Process.Kill()
 	}
+	// What to hide is planned while the init starts (it needs it only
+	// with the config).
+	hidden, hideNotes, err := planHidden(s.HiddenPaths, keepVisible(s, cfg.PrivateTmp), osHideFS())
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = waitInit()
+		return res, fmt.Errorf("sandbox: %w", err)
+	}
+	cfg.Hidden = hidden
+	res.Signals = append(res.Signals, hideNotes...)
 	// The init joins the v1 cgroups (and the v2 one when it was not born
 	// there) itself right before it starts the command (init_linux.go),
 	// through these files.

@@ -21,6 +21,8 @@ type mountPlan struct {
 	ProtectedNames []string
 	// TmpfsSize is the size= of every private tmpfs ("" → kernel default).
 	TmpfsSize string
+	// Hidden are covered last (hide_linux.go).
+	Hidden []hiddenPath
 }
 
 type cloneStep struct {
@@ -78,6 +80,7 @@ func planMounts(cfg *initConfig, exists func(string) bool) (mountPlan, error) {
 		}
 	}
 	p.TmpfsSize = cfg.TmpfsSize
+	p.Hidden = cfg.Hidden
 	if len(writable) > 0 {
 		p.ProtectedRoots = writable
 		p.ProtectedNames = cfg.ProtectedNames

@@ -109,6 +109,13 @@ func applyMounts(p mountPlan, prepared func() error) (notes []string, err error)
 		return nil, err
 	}
 	notes = append(notes, gitNotes...)
+	// Secrets last: a hidden path inside a protected .git target or a
+	// writable root is covered after everything else is mounted.
+	n, err := hideMounts(p.Hidden)
+	if err != nil {
+		return nil, err
+	}
+	notes = append(notes, n...)
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		// Host /proc stays, read-only; the command then sees host pids.
 		notes = append(notes, "proc_fallback:"+errnoName(err))

@@ -98,6 +98,11 @@ type landlockRules struct {
 	// /dev/kmsg, loop, …) can be read or written.
 	HostDev bool
 	OwnPTY  string
+	// Hidden are paths no rule may cover (SPEC §6.5): the grants are split
+	// around them (hide_linux.go). SplitRW splits the read-write grants
+	// too (the landlock tier, which has no mounts to hide them).
+	Hidden  []hiddenPath
+	SplitRW bool
 }
 
 // applyLandlock restricts this thread. It returns the ABI in force (0 when
@@ -118,19 +123,29 @@ func applyLandlock(r landlockRules) (int, error) {
 		cfg.HandledAccessNet = landlock.V4.HandledAccessNet
 	}
 	cfg = cfg.BestEffort()
+	rwDirs, split, err := r.splitRWDirs()
+	if err != nil {
+		return abi, err
+	}
 	rules := []landlock.Rule{
-		landlock.RWDirs(r.RWDirs...).IgnoreIfMissing(),
+		landlock.RWDirs(rwDirs...).IgnoreIfMissing(),
 		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom").IgnoreIfMissing(),
 		landlock.RWFiles("/dev/tty", "/dev/ptmx").WithIoctlDev().IgnoreIfMissing(),
 	}
 	if r.HostDev {
-		rules = append(rules, readOnlyRootWithoutDev()...)
+		ro, roSplit := readOnlyRootWithoutDev(r.Hidden)
+		rules, split = append(rules, ro...), append(split, roSplit...)
 		if r.OwnPTY != "" {
 			rules = append(rules, landlock.RWFiles(r.OwnPTY).WithIoctlDev())
 		}
 	} else {
 		// The namespaces tier's /dev is its own (pts a new instance).
-		rules = append(rules, landlock.RODirs("/"), landlock.RWDirs("/dev/pts").WithIoctlDev().IgnoreIfMissing())
+		roSplit, err := splitRO("/", r.Hidden)
+		if err != nil {
+			return abi, err
+		}
+		split = append(split, roSplit...)
+		rules = append(rules, landlock.RWDirs("/dev/pts").WithIoctlDev().IgnoreIfMissing())
 	}
 	for _, p := range r.ConnectPorts {
 		rules = append(rules, landlock.ConnectTCP(p))
@@ -146,6 +161,9 @@ func applyLandlock(r landlockRules) (int, error) {
 		return abi, nil
 	}
 	defer unix.Close(fd)
+	if err := addGrants(fd, split, handledFS(abi)); err != nil {
+		return abi, err
+	}
 	if err := llsys.LandlockRestrictSelf(fd, flags); err != nil {
 		return abi, fmt.Errorf("landlock_restrict_self: %w", err)
 	}
@@ -153,25 +171,33 @@ func applyLandlock(r landlockRules) (int, error) {
 }
 
 // readOnlyRootWithoutDev grants read access to every top-level entry of
-// "/" except /dev.
-func readOnlyRootWithoutDev() []landlock.Rule {
+// "/" except /dev; entries holding a hidden path are split around it.
+func readOnlyRootWithoutDev(hidden []hiddenPath) ([]landlock.Rule, []pathGrant) {
 	ents, err := os.ReadDir("/")
 	if err != nil {
-		return []landlock.Rule{landlock.RODirs("/")} // cannot list: fall back to the whole root
+		// Cannot list: the whole root, split around the hidden paths.
+		split, _ := splitRO("/", hidden)
+		return nil, split
 	}
 	var dirs, files []string
+	var split []pathGrant
 	for _, e := range ents {
 		if e.Name() == "dev" {
 			continue
 		}
 		p := "/" + e.Name()
+		if anyHiddenBelow(hidden, p) {
+			g, _ := splitRO(p, hidden)
+			split = append(split, g...)
+			continue
+		}
 		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
 			dirs = append(dirs, p)
 		} else if err == nil {
 			files = append(files, p)
 		}
 	}
-	return []landlock.Rule{landlock.RODirs(dirs...).IgnoreIfMissing(), landlock.ROFiles(files...).IgnoreIfMissing()}
+	return []landlock.Rule{landlock.RODirs(dirs...).IgnoreIfMissing(), landlock.ROFiles(files...).IgnoreIfMissing()}, split
 }
 
 // installSeccomp loads the filter on this thread (no TSYNC, on purpose).

@@ -99,6 +99,10 @@ type Spec struct {
 	WritableRoots []string // extra writable roots (--writable-root), absolute
 	// ProtectedNames overrides DefaultProtectedNames when non-nil.
 	ProtectedNames []string
+	// HiddenPaths (absolute) are never readable inside (SPEC §6.5):
+	// netproxy's secret paths, $NETPROXY_HOME and the deny-read list.
+	// Symlinks are followed on the host; absent paths need nothing.
+	HiddenPaths []string
 
 	// Proxy is required for NetworkProxied unless ProxyResolve is set.
 	Proxy *ProxyTarget

@@ -175,7 +175,13 @@ func escCmd(t *testing.T, u escUser, noLandlock bool, dir string, args ...string
 // escRun runs `execwrap run --json ARGS` as u and decodes the result.
 func escRun(t *testing.T, u escUser, noLandlock bool, dir string, stdin io.Reader, args ...string) (sbxResult, int, string) {
 	t.Helper()
-	cmd := escCmd(t, u, noLandlock, dir, append([]string{"run", "--json"}, args...)...)
+	return escRunCmd(t, escCmd(t, u, noLandlock, dir, append([]string{"run", "--json"}, args...)...), stdin)
+}
+
+// escRunCmd runs a prepared `execwrap run --json` command line and decodes
+// the result.
+func escRunCmd(t *testing.T, cmd *exec.Cmd, stdin io.Reader) (sbxResult, int, string) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &out, &errb
 	err := cmd.Run()

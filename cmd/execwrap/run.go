@@ -50,6 +50,7 @@ type runOptions struct {
 	maxOutput     int
 	limits        sandbox.Limits
 	allowDegraded bool
+	denyRead      []string // --deny-read, absolute (secrets.go)
 }
 
 // runRun implements `execwrap run` (SPEC §6.4, §7.6).
@@ -134,14 +135,18 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	fs.IntVar(&ro.limits.Pids, "limit-pids", sandbox.DefaultLimitPids, "process limit of the run's cgroup (0: none)")
 	limitTmpfs := fs.String("limit-tmpfs", sandbox.DefaultLimitTmpfs, "size of each private tmpfs (/tmp, /run, /dev/shm): bytes with K/M/G/T, N% of RAM, or 0 for the kernel default")
 	fs.BoolVar(&ro.allowDegraded, "allow-degraded", false, "as root, run in the namespaces tier even when Landlock is unavailable")
+	fs.Var((*repeated)(&ro.denyRead), "deny-read", "a path the sandbox must not read, besides netproxy's secrets and ~/.ssh, ~/.aws, … (repeatable)")
 	if err := fs.Parse(args); err != nil {
+		return nil, ro, err
+	}
+	var err error
+	if ro.denyRead, err = absPaths("--deny-read", ro.denyRead); err != nil {
 		return nil, ro, err
 	}
 	if ro.limits.Pids < 0 {
 		return nil, ro, errors.New("--limit-pids must be >= 0")
 	}
 	ram := totalRAM()
-	var err error
 	if ro.limits.MemoryBytes, err = sandbox.ParseByteSize("--limit-memory", *limitMemory, ram); err != nil {
 		return nil, ro, err
 	}

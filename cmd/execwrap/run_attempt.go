@@ -43,6 +43,10 @@ func (r *runner) attempt(ctx context.Context, sandboxed bool) (orchestrator.Atte
 	}
 	outBuf, errBuf := newCappedBuffer(r.opts.maxOutput), newCappedBuffer(r.opts.maxOutput)
 	kind, writable := workspaceRoots(kind, r.inv.Cwd, r.inv.BaseCwd, r.opts.writableRoots)
+	waitHidden := func() ([]string, error) { return nil, nil }
+	if kind.Confining() {
+		waitHidden = r.startHiddenPaths(ctx)
+	}
 	spec := sandbox.Spec{
 		Argv: r.inv.HandlerArgv, Cwd: r.inv.Cwd, Env: env,
 		Kind: kind, Network: network, Tier: sandbox.Tier(r.opts.tier),
@@ -122,7 +126,14 @@ func (r *runner) attempt(ctx context.Context, sandboxed bool) (orchestrator.Atte
 		}
 	}
 
-	res, err := sandbox.Run(ctx, spec)
+	var (
+		res sandbox.Result
+		err error
+	)
+	spec.HiddenPaths, err = waitHidden()
+	if err == nil {
+		res, err = sandbox.Run(ctx, spec)
+	}
 	if network == sandbox.NetworkProxied {
 		if !consumed {
 			// The sandbox failed before it needed the proxy: finish and

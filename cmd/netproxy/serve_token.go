@@ -7,11 +7,14 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/netproxy/netproxy/internal/config"
 )
 
 // adminTokenFile is where a generated admin token goes when stdout is not a
-// terminal (SPEC §7.3), relative to $NETPROXY_HOME.
-const adminTokenFile = "admin-token"
+// terminal (SPEC §7.3), relative to $NETPROXY_HOME (also listed among the
+// secret paths of the control API).
+const adminTokenFile = config.AdminTokenFile
 
 // isTerminal reports whether w is a terminal (a generated token may be
 // printed there; anywhere else — a pipe, a file, journald — it must not).

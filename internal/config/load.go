@@ -741,3 +741,15 @@ func validateDomainFiles(c *Config) []error {
 	}
 	return errs
 }
+
+// AdminTokenFile is where `netproxy serve` writes a generated admin token,
+// in $NETPROXY_HOME (SPEC §7.3).
+const AdminTokenFile = "admin-token"
+
+// HomeSecretPaths are $NETPROXY_HOME and, by name, the secrets usually in
+// it (the admin token, the rules): what a sandbox must never read (SPEC
+// §6.5). The names matter when the folder cannot be hidden whole (a
+// workspace inside it).
+func HomeSecretPaths(home string) []string {
+	return []string{home, filepath.Join(home, AdminTokenFile), filepath.Join(home, "rules")}
+}

@@ -51,10 +51,12 @@ type Options struct {
 
 // Server is one netproxy process.
 type Server struct {
-	cfg    *config.Config
-	opts   Options
-	logger *slog.Logger
-	meter  *metrics.Metrics
+	cfg *config.Config
+	// liveCfg is the configuration in force (cfg until a reload).
+	liveCfg atomic.Pointer[config.Config]
+	opts    Options
+	logger  *slog.Logger
+	meter   *metrics.Metrics
 
 	engine  *hostpolicy.Engine
 	decider *deciderSlot
@@ -114,6 +116,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, opts: opts, logger: logger, meter: opts.Metrics, ctlApprv: opts.ApprovalsControl}
+	s.liveCfg.Store(cfg)
 
 	s.mitmOn = cfg.MITM.Enabled
 	pol, err := loadPolicy(cfg, s.mitmOn)
@@ -536,6 +539,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.control.Handle(r.pattern, r.h)
 	}
 	s.control.SetMinter(s.mintCredentials)
+	s.control.Handle("GET "+attribution.SecretPathsPath, http.HandlerFunc(s.serveSecretPaths))
 	s.adminSrv = &http.Server{Handler: s.admin, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 
 	s.bg.Add(5)
@@ -655,6 +659,7 @@ func (s *Server) reload() error {
 	s.engine.Swap(pol)
 	s.creds.Swap(credSet)
 	s.caPEM.Store(ca)
+	s.liveCfg.Store(cfg)
 	s.required.Store(cfg.Attribution.Required)
 	s.recordPatterns(pol)
 	// The candidate is reloaded with the live policy; its failure is its own.
