@@ -95,4 +95,3 @@ func interactiveNever(val string) bool {
 	}
 	return false
 }
-
