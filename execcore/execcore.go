@@ -103,7 +103,10 @@ type Envelope struct {
 // ApprovalIdentity is projection C: the session approval cache key. Field
 // order is the serialisation order.
 type ApprovalIdentity struct {
-	Command               []string                        `json:"command"`
+	Command []string `json:"command"`
+	// Shell is the shell that runs a script and its flag (SPEC §6.3): the
+	// canonical command drops them, yet they change what runs.
+	Shell                 []string                        `json:"shell,omitempty"`
 	Cwd                   string                          `json:"cwd"`
 	TTY                   *bool                           `json:"tty,omitempty"`
 	SandboxPermissions    SandboxPermissions              `json:"sandbox_permissions"`
@@ -289,6 +292,7 @@ func Evaluate(in Input) (Result, error) {
 	res.Policy = shellparse.CommandsForExecPolicy(env.Argv, trust)
 	res.Identity = ApprovalIdentity{
 		Command:               shellparse.CanonicalizeForApproval(env.Argv, trust),
+		Shell:                 shellparse.ApprovalShell(env.Argv, trust),
 		Cwd:                   env.Cwd,
 		SandboxPermissions:    env.RequestedPermissions,
 		AdditionalPermissions: env.AdditionalPermissions,
