@@ -628,9 +628,11 @@ var bannedPrefixSuggestions = func() map[string]bool {
 	return m
 }()
 
-// IsBannedPrefixSuggestion reports an exact match with the banned list.
+// IsBannedPrefixSuggestion reports a prefix never offered as an
+// amendment: an exact match with the banned list, or the same in any
+// spelling (see bannedSpelling).
 func IsBannedPrefixSuggestion(prefix []string) bool {
-	return bannedPrefixSuggestions[strings.Join(prefix, "\x00")]
+	return bannedPrefixSuggestions[strings.Join(prefix, "\x00")] || bannedSpelling(prefix, 0)
 }
 
 // BannedPrefixSuggestionCount is the size of the banned list.
