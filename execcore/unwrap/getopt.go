@@ -57,7 +57,21 @@ func (s optSpec) parse(args []string) (opts []opt, operands []string, ok bool) {
 		args = append(args[:i+1:i+1], rest...)
 		return true
 	}
-	for i := 0; i < len(args); i++ {
+	i := 0
+	// add records an option, taking its value from the next argument
+	// when it needs one, and splices in an expansion.
+	add := func(o opt, takeNext bool) bool {
+		if takeNext {
+			if i+1 >= len(args) {
+				return false
+			}
+			i++
+			o.value = args[i]
+		}
+		opts = append(opts, o)
+		return insert(i, o)
+	}
+	for ; i < len(args); i++ {
 		a := args[i]
 		switch {
 		case a == "--":
@@ -65,25 +79,7 @@ func (s optSpec) parse(args []string) (opts []opt, operands []string, ok bool) {
 		case strings.HasPrefix(a, "--"):
 			name, val, hasVal := strings.Cut(a[2:], "=")
 			full, kind, found := s.longOpt(name)
-			if !found {
-				return nil, nil, false
-			}
-			switch kind {
-			case noArg:
-				if hasVal {
-					return nil, nil, false
-				}
-			case reqArg:
-				if !hasVal {
-					if i+1 >= len(args) {
-						return nil, nil, false
-					}
-					i++
-					val = args[i]
-				}
-			}
-			opts = append(opts, opt{name: full, value: val})
-			if !insert(i, opts[len(opts)-1]) {
+			if !found || (kind == noArg && hasVal) || !add(opt{name: full, value: val}, kind == reqArg && !hasVal) {
 				return nil, nil, false
 			}
 		case len(a) > 1 && a[0] == '-':
@@ -92,21 +88,11 @@ func (s optSpec) parse(args []string) (opts []opt, operands []string, ok bool) {
 				if !found {
 					return nil, nil, false
 				}
-				name := a[j : j+1]
 				if kind == noArg {
-					opts = append(opts, opt{name: name})
+					opts = append(opts, opt{name: a[j : j+1]})
 					continue
 				}
-				val := a[j+1:]
-				if kind == reqArg && val == "" {
-					if i+1 >= len(args) {
-						return nil, nil, false
-					}
-					i++
-					val = args[i]
-				}
-				opts = append(opts, opt{name: name, value: val})
-				if !insert(i, opts[len(opts)-1]) {
+				if !add(opt{name: a[j : j+1], value: a[j+1:]}, kind == reqArg && j+1 == len(a)) {
 					return nil, nil, false
 				}
 				break

@@ -60,11 +60,12 @@ var exact map[string]func(args []string) Step
 
 func init() {
 	exact = map[string]func(args []string) Step{
-		"command": unwrapCommand, "builtin": unwrapBuiltin, "exec": unwrapExec,
+		"command": plain(commandSpec, "v", "V"), "builtin": unwrapBuiltin, "exec": plain(execSpec),
 		"env": unwrapEnv, "nice": unwrapNice, "ionice": unwrapIonice,
-		"timeout": unwrapTimeout, "nohup": unwrapNohup, "stdbuf": unwrapStdbuf,
-		"setsid": unwrapSetsid, "flock": unwrapFlock, "chrt": unwrapChrt,
-		"taskset": unwrapTaskset, "time": unwrapTime, "xargs": unwrapXargs,
+		"timeout": unwrapTimeout, "nohup": plain(nohupSpec, "help", "version"),
+		"stdbuf": plain(stdbufSpec, "help", "version"), "setsid": plain(setsidSpec, "h", "help", "V", "version"),
+		"flock": unwrapFlock, "chrt": unwrapChrt, "taskset": unwrapTaskset,
+		"time": plain(timeSpec, "V", "help", "version"), "xargs": unwrapXargs,
 		"find": unwrapFind, "eval": unwrapEval, "trap": unwrapTrap, "alias": unwrapAlias,
 		"sudo": unwrapSudo, "doas": unwrapDoas, "su": unwrapSu, "script": unwrapScript,
 		"watch": unwrapWatch,
@@ -180,6 +181,30 @@ func scan(args []string) (cmds [][]string, scripts []string) {
 
 func unparsed() Step { return Step{Failed: true} }
 
+// parseRun parses a wrapper's options; done reports a result already
+// decided: a parse failure (Failed) or one of noRun given (nothing runs).
+func parseRun(spec optSpec, args []string, noRun ...string) (opts []opt, ops []string, s Step, done bool) {
+	opts, ops, ok := spec.parse(args)
+	switch {
+	case !ok:
+		return nil, nil, unparsed(), true
+	case has(opts, noRun...):
+		return nil, nil, Step{}, true
+	}
+	return opts, ops, Step{}, false
+}
+
+// plain is the parser of a wrapper whose operands are the command.
+func plain(spec optSpec, noRun ...string) func([]string) Step {
+	return func(args []string) Step {
+		_, ops, s, done := parseRun(spec, args, noRun...)
+		if done {
+			return s
+		}
+		return run(ops)
+	}
+}
+
 // run is the common tail: operands are the command (none: nothing runs).
 func run(operands []string) Step {
 	if len(operands) == 0 {
@@ -199,17 +224,6 @@ func long(kv ...any) map[string]argKind {
 // bash `command [-pVv] cmd`: -v and -V only describe the command.
 var commandSpec = optSpec{short: "pvV"}
 
-func unwrapCommand(args []string) Step {
-	opts, ops, ok := commandSpec.parse(args)
-	if !ok {
-		return unparsed()
-	}
-	if has(opts, "v", "V") {
-		return Step{}
-	}
-	return run(ops)
-}
-
 // bash `builtin name args`: the builtin may itself be a wrapper (exec,
 // eval, command).
 func unwrapBuiltin(args []string) Step {
@@ -222,14 +236,6 @@ func unwrapBuiltin(args []string) Step {
 // bash `exec [-cl] [-a name] cmd`.
 var execSpec = optSpec{short: "cla:"}
 
-func unwrapExec(args []string) Step {
-	_, ops, ok := execSpec.parse(args)
-	if !ok {
-		return unparsed()
-	}
-	return run(ops)
-}
-
 // GNU env: options, then NAME=VALUE assignments, then the command. -S
 // splits its value into arguments that are read in place, options
 // included (the shebang form `env -S 'perl -w'`).
@@ -240,12 +246,9 @@ var envSpec = optSpec{short: "+iu:vC:S:0a:", long: long(
 	"help", noArg, "version", noArg), expand: splitEnvString}
 
 func unwrapEnv(args []string) Step {
-	opts, ops, ok := envSpec.parse(args)
-	if !ok {
-		return unparsed()
-	}
-	if has(opts, "help", "version") {
-		return Step{}
+	_, ops, s, done := parseRun(envSpec, args, "help", "version")
+	if done {
+		return s
 	}
 	if len(ops) > 0 && ops[0] == "-" {
 		ops = ops[1:]
@@ -283,12 +286,9 @@ func unwrapNice(args []string) Step {
 	if len(args) > 0 && legacyNice(args[0]) {
 		args = args[1:]
 	}
-	opts, ops, ok := niceSpec.parse(args)
-	if !ok {
-		return unparsed()
-	}
-	if has(opts, "help", "version") {
-		return Step{}
+	_, ops, s, done := parseRun(niceSpec, args, "help", "version")
+	if done {
+		return s
 	}
 	return run(ops)
 }
@@ -315,12 +315,9 @@ var ioniceSpec = optSpec{short: "+c:n:p:P:tu:hV", long: long(
 	"uid", reqArg, "help", noArg, "version", noArg)}
 
 func unwrapIonice(args []string) Step {
-	opts, ops, ok := ioniceSpec.parse(args)
-	if !ok {
-		return unparsed()
-	}
-	if has(opts, "p", "pid", "P", "pgid", "u", "uid", "h", "help", "V", "version") {
-		return Step{}
+	_, ops, s, done := parseRun(ioniceSpec, args, "p", "pid", "P", "pgid", "u", "uid", "h", "help", "V", "version")
+	if done {
+		return s
 	}
 	return run(ops)
 }
@@ -331,12 +328,9 @@ var timeoutSpec = optSpec{short: "+k:s:fpv", long: long(
 	"verbose", noArg, "help", noArg, "version", noArg)}
 
 func unwrapTimeout(args []string) Step {
-	opts, ops, ok := timeoutSpec.parse(args)
-	if !ok {
-		return unparsed()
-	}
-	if has(opts, "help", "version") {
-		return Step{}
+	_, ops, s, done := parseRun(timeoutSpec, args, "help", "version")
+	if done {
+		return s
 	}
 	if len(ops) < 2 {
 		return unparsed()
@@ -346,42 +340,9 @@ func unwrapTimeout(args []string) Step {
 
 var nohupSpec = optSpec{short: "+", long: long("help", noArg, "version", noArg)}
 
-func unwrapNohup(args []string) Step {
-	opts, ops, ok := nohupSpec.parse(args)
-	if !ok {
-		return unparsed()
-	}
-	if has(opts, "help", "version") {
-		return Step{}
-	}
-	return run(ops)
-}
-
 var stdbufSpec = optSpec{short: "+i:o:e:", long: long("input", reqArg, "output", reqArg, "error", reqArg, "help", noArg, "version", noArg)}
 
-func unwrapStdbuf(args []string) Step {
-	opts, ops, ok := stdbufSpec.parse(args)
-	if !ok {
-		return unparsed()
-	}
-	if has(opts, "help", "version") {
-		return Step{}
-	}
-	return run(ops)
-}
-
 var setsidSpec = optSpec{short: "+cfwhV", long: long("ctty", noArg, "fork", noArg, "wait", noArg, "help", noArg, "version", noArg)}
-
-func unwrapSetsid(args []string) Step {
-	opts, ops, ok := setsidSpec.parse(args)
-	if !ok {
-		return unparsed()
-	}
-	if has(opts, "h", "help", "V", "version") {
-		return Step{}
-	}
-	return run(ops)
-}
 
 // util-linux flock: `flock [opts] FILE CMD...`, `flock [opts] FILE -c
 // STRING` (run by the shell), `flock [opts] FD` (no command).
@@ -391,11 +352,11 @@ var flockSpec = optSpec{short: "+sexnoFuw:E:hV", long: long(
 	"conflict-exit-code", reqArg, "verbose", noArg, "fcntl", noArg, "help", noArg, "version", noArg)}
 
 func unwrapFlock(args []string) Step {
-	opts, ops, ok := flockSpec.parse(args)
-	if !ok {
-		return unparsed()
+	_, ops, s, done := parseRun(flockSpec, args, "h", "help", "V", "version")
+	if done {
+		return s
 	}
-	if has(opts, "h", "help", "V", "version") || len(ops) < 2 {
+	if len(ops) < 2 {
 		return Step{}
 	}
 	if ops[1] == "-c" || ops[1] == "--command" {
@@ -416,12 +377,9 @@ var chrtSpec = optSpec{short: "+abdD:efiphmoP:T:RrvV", long: long(
 	"ext", noArg, "help", noArg, "version", noArg)}
 
 func unwrapChrt(args []string) Step {
-	opts, ops, ok := chrtSpec.parse(args)
-	if !ok {
-		return unparsed()
-	}
-	if has(opts, "p", "pid", "m", "max", "h", "help", "V", "version") {
-		return Step{}
+	_, ops, s, done := parseRun(chrtSpec, args, "p", "pid", "m", "max", "h", "help", "V", "version")
+	if done {
+		return s
 	}
 	if len(ops) < 2 || !digits(ops[0]) {
 		return unparsed()
@@ -433,12 +391,9 @@ func unwrapChrt(args []string) Step {
 var tasksetSpec = optSpec{short: "+apchV", long: long("all-tasks", noArg, "pid", noArg, "cpu-list", noArg, "help", noArg, "version", noArg)}
 
 func unwrapTaskset(args []string) Step {
-	opts, ops, ok := tasksetSpec.parse(args)
-	if !ok {
-		return unparsed()
-	}
-	if has(opts, "p", "pid", "h", "help", "V", "version") {
-		return Step{}
+	_, ops, s, done := parseRun(tasksetSpec, args, "p", "pid", "h", "help", "V", "version")
+	if done {
+		return s
 	}
 	if len(ops) < 2 {
 		return unparsed()
@@ -451,17 +406,6 @@ var timeSpec = optSpec{short: "+agqvVo:f:p", long: long(
 	"append", noArg, "format", reqArg, "output", reqArg, "portability", noArg, "quiet", noArg,
 	"verbose", noArg, "help", noArg, "version", noArg)}
 
-func unwrapTime(args []string) Step {
-	opts, ops, ok := timeSpec.parse(args)
-	if !ok {
-		return unparsed()
-	}
-	if has(opts, "V", "help", "version") {
-		return Step{}
-	}
-	return run(ops)
-}
-
 // GNU xargs; without a command it runs echo.
 var xargsSpec = optSpec{short: "+0a:E:e::i::I:l::L:n:oprs:txP:d:", long: long(
 	"null", noArg, "arg-file", reqArg, "delimiter", reqArg, "eof", optArg, "replace", optArg,
@@ -470,12 +414,9 @@ var xargsSpec = optSpec{short: "+0a:E:e::i::I:l::L:n:oprs:txP:d:", long: long(
 	"exit", noArg, "max-procs", reqArg, "process-slot-var", reqArg, "help", noArg, "version", noArg)}
 
 func unwrapXargs(args []string) Step {
-	opts, ops, ok := xargsSpec.parse(args)
-	if !ok {
-		return unparsed()
-	}
-	if has(opts, "help", "version") {
-		return Step{}
+	_, ops, s, done := parseRun(xargsSpec, args, "help", "version")
+	if done {
+		return s
 	}
 	if len(ops) == 0 {
 		return run([]string{"echo"})
@@ -551,12 +492,9 @@ var sudoSpec = optSpec{short: "+Aa:BbC:c:D:Eeg:Hh::iKklNnPp:R:r:SsT:t:U:u:Vv", l
 	"version", noArg, "validate", noArg)}
 
 func unwrapSudo(args []string) Step {
-	opts, ops, ok := sudoSpec.parse(args)
-	if !ok {
-		return unparsed()
-	}
-	if has(opts, "e", "edit", "l", "list", "v", "validate", "h", "help", "V", "version") {
-		return Step{}
+	_, ops, s, done := parseRun(sudoSpec, args, "e", "edit", "l", "list", "v", "validate", "h", "help", "V", "version")
+	if done {
+		return s
 	}
 	for len(ops) > 0 && isAssignment(ops[0]) {
 		ops = ops[1:]
@@ -568,12 +506,9 @@ func unwrapSudo(args []string) Step {
 var doasSpec = optSpec{short: "+a:C:Lnsu:"}
 
 func unwrapDoas(args []string) Step {
-	opts, ops, ok := doasSpec.parse(args)
-	if !ok {
-		return unparsed()
-	}
-	if has(opts, "C", "L") {
-		return Step{}
+	_, ops, s, done := parseRun(doasSpec, args, "C", "L")
+	if done {
+		return s
 	}
 	return run(ops)
 }
@@ -587,14 +522,10 @@ var suSpec = optSpec{short: "c:fg:G:lmpPs:hVw:", permute: true, long: long(
 	"shell", reqArg, "help", noArg, "version", noArg, "whitelist-environment", reqArg)}
 
 func unwrapSu(args []string) Step {
-	opts, ops, ok := suSpec.parse(args)
-	if !ok {
-		return unparsed()
+	opts, ops, s, done := parseRun(suSpec, args, "h", "help", "V", "version")
+	if done {
+		return s
 	}
-	if has(opts, "h", "help", "V", "version") {
-		return Step{}
-	}
-	var s Step
 	if c, ok := value(opts, "c", "command", "session-command"); ok {
 		s.Scripts = append(s.Scripts, c)
 	}
@@ -639,11 +570,11 @@ var watchSpec = optSpec{short: "+bcCd::egn:pq:rtwxhv", long: long(
 	"no-title", noArg, "no-wrap", noArg, "exec", noArg, "shotsdir", reqArg, "help", noArg, "version", noArg)}
 
 func unwrapWatch(args []string) Step {
-	opts, ops, ok := watchSpec.parse(args)
-	if !ok {
-		return unparsed()
+	opts, ops, s, done := parseRun(watchSpec, args, "h", "help", "v", "version")
+	if done {
+		return s
 	}
-	if has(opts, "h", "help", "v", "version") || len(ops) == 0 {
+	if len(ops) == 0 {
 		return Step{}
 	}
 	if has(opts, "x", "exec") {
