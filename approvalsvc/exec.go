@@ -16,10 +16,13 @@ import (
 // §6.2 C; with cwd, sandbox_permissions, additional_permissions and (for
 // exec_command) tty it forms the session-cache key.
 type ExecRequest struct {
-	SessionID             string          `json:"session_id"`
-	EnvironmentID         string          `json:"environment_id"`
-	ExecutionID           string          `json:"execution_id,omitempty"`
-	Command               []string        `json:"command"`
+	SessionID     string   `json:"session_id"`
+	EnvironmentID string   `json:"environment_id"`
+	ExecutionID   string   `json:"execution_id,omitempty"`
+	Command       []string `json:"command"`
+	// Shell is the shell and flag that run a script whose canonical
+	// command dropped them (SPEC §6.3): part of the cache key.
+	Shell                 []string        `json:"shell,omitempty"`
 	Cwd                   string          `json:"cwd"`
 	SandboxPermissions    string          `json:"sandbox_permissions,omitempty"`
 	AdditionalPermissions json.RawMessage `json:"additional_permissions,omitempty"`
@@ -71,6 +74,7 @@ func (r *ExecRequest) validate() error {
 // reference's field order.
 type execIdentity struct {
 	Command               []string        `json:"command"`
+	Shell                 []string        `json:"shell,omitempty"`
 	Cwd                   string          `json:"cwd"`
 	TTY                   *bool           `json:"tty,omitempty"`
 	SandboxPermissions    string          `json:"sandbox_permissions"`
@@ -96,7 +100,7 @@ func (s *Service) DecideExec(ctx context.Context, req ExecRequest) (ExecResponse
 	if len(addl) == 0 {
 		addl = json.RawMessage("null")
 	}
-	ident, _ := json.Marshal(execIdentity{Command: req.Command, Cwd: req.Cwd, TTY: req.TTY, SandboxPermissions: sandbox, AdditionalPermissions: addl})
+	ident, _ := json.Marshal(execIdentity{Command: req.Command, Shell: req.Shell, Cwd: req.Cwd, TTY: req.TTY, SandboxPermissions: sandbox, AdditionalPermissions: addl})
 	key := cacheKey{kind: KindExec, session: sess.id, env: env, ident: string(ident)}
 	check := func() (result, bool) { return sess.cachedResult(key) }
 	r, hit := check()

@@ -425,6 +425,17 @@ func TestExecApprovals(t *testing.T) {
 	if code, er := ask(body); code != 200 || !er.Approved || er.Reviewer != "cache" {
 		t.Fatalf("cached: %d %+v", code, er)
 	}
+	// Another shell running the script is another identity (SPEC §6.3).
+	withShell := strings.Replace(body, `"cwd"`, `"shell":["/bin/sh","-c"],"cwd"`, 1)
+	ch = goAsk(withShell)
+	a = waitExec()
+	r.svc.DecideApproval(a.ID, OutcomeAllowSession, "")
+	if rep := <-ch; !rep.r.Approved || rep.r.Reviewer != "user" {
+		t.Fatalf("another shell was served from the cache: %+v", rep)
+	}
+	if code, er := ask(withShell); code != 200 || er.Reviewer != "cache" {
+		t.Fatalf("same shell: %d %+v", code, er)
+	}
 	// Another cwd is another identity.
 	ch = goAsk(strings.Replace(body, `"/w"`, `"/other"`, 1))
 	a = waitExec()

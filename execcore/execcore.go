@@ -103,7 +103,10 @@ type Envelope struct {
 // ApprovalIdentity is projection C: the session approval cache key. Field
 // order is the serialisation order.
 type ApprovalIdentity struct {
-	Command               []string                        `json:"command"`
+	Command []string `json:"command"`
+	// Shell is the shell that runs a script and its flag (SPEC §6.3): the
+	// canonical command drops them, yet they change what runs.
+	Shell                 []string                        `json:"shell,omitempty"`
 	Cwd                   string                          `json:"cwd"`
 	TTY                   *bool                           `json:"tty,omitempty"`
 	SandboxPermissions    SandboxPermissions              `json:"sandbox_permissions"`
@@ -125,8 +128,8 @@ type RuleMatch struct {
 	Danger heuristics.Danger
 	// Safe reports a known-safe read-only command (heuristics only).
 	Safe bool
-	// Inner marks a restrictive rule matched by a command found inside a
-	// script that the lowering could not reduce (stricter than R2).
+	// Inner marks an entry of a command run inside a wrapper or a script
+	// (see evaluator.wrapped; stricter than R2).
 	Inner bool
 }
 
@@ -289,6 +292,7 @@ func Evaluate(in Input) (Result, error) {
 	res.Policy = shellparse.CommandsForExecPolicy(env.Argv, trust)
 	res.Identity = ApprovalIdentity{
 		Command:               shellparse.CanonicalizeForApproval(env.Argv, trust),
+		Shell:                 shellparse.ApprovalShell(env.Argv, trust),
 		Cwd:                   env.Cwd,
 		SandboxPermissions:    env.RequestedPermissions,
 		AdditionalPermissions: env.AdditionalPermissions,
@@ -380,13 +384,7 @@ func (e evaluator) evaluate(cmds [][]string) Evaluation {
 				ev.MatchedRules = append(ev.MatchedRules, RuleMatch{RuleMatch: m})
 			}
 		}
-		for _, inner := range innerCommands(cmd, 0) {
-			for _, m := range pol.Matches(inner, matchOpts) {
-				if m.Decision != execpolicy.Allow {
-					ev.MatchedRules = append(ev.MatchedRules, RuleMatch{RuleMatch: m, Inner: true})
-				}
-			}
-		}
+		ev.MatchedRules = append(ev.MatchedRules, e.wrapped(cmd, ms, hctx)...)
 		if heuristics.ChangesDirectory(cmd) {
 			hctx.Safe.GitElsewhere = true
 		}
@@ -397,29 +395,6 @@ func (e evaluator) evaluate(cmds [][]string) Evaluation {
 		}
 	}
 	return ev
-}
-
-// innerCommands lists the literal commands inside a shell invocation's
-// script (any shell, any flag spelling), recursively, so a prompt or
-// forbidden rule still sees `rm` in `bash -lc 'X=1 rm -r d'`.
-func innerCommands(cmd []string, depth int) [][]string {
-	if depth >= heuristics.MaxWrapperDepth || len(cmd) == 0 {
-		return nil
-	}
-	script, ok := heuristics.ShellScript(cmd)
-	if !ok {
-		return nil
-	}
-	lits, ok := shellparse.LiteralCommands(script)
-	if !ok {
-		return nil
-	}
-	var out [][]string
-	for _, l := range lits {
-		out = append(out, l)
-		out = append(out, innerCommands(l, depth+1)...)
-	}
-	return out
 }
 
 func (e evaluator) requirement(res Result, prefixRule []string) Requirement {
@@ -448,7 +423,7 @@ func (e evaluator) requirement(res Result, prefixRule []string) Requirement {
 			if promptRule {
 				return Requirement{Kind: Forbidden, Reason: rej, Source: "rules"}
 			}
-			if h := firstHeuristic(ev, execpolicy.Prompt); h != nil && h.Danger == heuristics.DangerForcedRm {
+			if h := firstHeuristic(ev, execpolicy.Prompt, false); h != nil && h.Danger == heuristics.DangerForcedRm {
 				rej = ReasonForcedRm
 			}
 			return Requirement{Kind: Forbidden, Reason: rej, Source: source}
@@ -460,7 +435,7 @@ func (e evaluator) requirement(res Result, prefixRule []string) Requirement {
 		if req := e.requestedAmendment(res, prefixRule, autoAllowed, anyExplicit); req != nil {
 			r.ProposedAmendment = req
 		} else if autoAllowed && !promptRule {
-			if h := firstHeuristic(ev, execpolicy.Prompt); h != nil {
+			if h := firstHeuristic(ev, execpolicy.Prompt, true); h != nil {
 				r.ProposedAmendment = append([]string(nil), h.Command...)
 			}
 		}
@@ -468,7 +443,7 @@ func (e evaluator) requirement(res Result, prefixRule []string) Requirement {
 	default:
 		r := Requirement{Kind: Skip, BypassSandbox: e.bypassSandbox(res.Policy.Commands), Source: source}
 		if autoAllowed && !anyExplicit {
-			if h := firstHeuristic(ev, execpolicy.Allow); h != nil {
+			if h := firstHeuristic(ev, execpolicy.Allow, true); h != nil {
 				r.ProposedAmendment = append([]string(nil), h.Command...)
 			}
 		}
@@ -482,10 +457,14 @@ func isGit(cmd []string) bool {
 	return len(cmd) > 0 && filepath.Base(cmd[0]) == "git"
 }
 
-func firstHeuristic(ev Evaluation, d execpolicy.Decision) *RuleMatch {
+// firstHeuristic returns the first heuristics entry of decision d in
+// command order; with outerOnly, entries of commands run inside a wrapper
+// are skipped (they are never offered as an amendment: the wrapper's argv
+// is what runs).
+func firstHeuristic(ev Evaluation, d execpolicy.Decision, outerOnly bool) *RuleMatch {
 	for i := range ev.MatchedRules {
 		m := &ev.MatchedRules[i]
-		if m.Kind == execpolicy.KindHeuristics && m.Decision == d {
+		if m.Kind == execpolicy.KindHeuristics && m.Decision == d && !(outerOnly && m.Inner) {
 			return m
 		}
 	}
@@ -515,7 +494,7 @@ func forbiddenReason(ev Evaluation, cmdText string) string {
 		}
 		return cmdText + " rejected: policy forbids commands starting with `" + shlex.JoinLossy(m.MatchedPrefix) + "`"
 	}
-	if h := firstHeuristic(ev, execpolicy.Forbidden); h != nil && h.Danger == heuristics.DangerForcedRm {
+	if h := firstHeuristic(ev, execpolicy.Forbidden, false); h != nil && h.Danger == heuristics.DangerForcedRm {
 		return cmdText + " rejected: " + ReasonForcedRm
 	}
 	return cmdText + " rejected: " + ReasonBlockedByPolicy
@@ -574,14 +553,7 @@ func (e evaluator) bypassSandbox(cmds [][]string) bool {
 		if heuristics.ChangesDirectory(cmd) {
 			elsewhere = true
 		}
-		allowed := false
-		for _, m := range e.pol.Matches(cmd, e.opts) {
-			if m.Decision == execpolicy.Allow {
-				allowed = true
-				break
-			}
-		}
-		if !allowed {
+		if !e.explicitlyAllowed(cmd) || !e.innerAllowed(cmd) {
 			return false
 		}
 	}
@@ -656,9 +628,11 @@ var bannedPrefixSuggestions = func() map[string]bool {
 	return m
 }()
 
-// IsBannedPrefixSuggestion reports an exact match with the banned list.
+// IsBannedPrefixSuggestion reports a prefix never offered as an
+// amendment: an exact match with the banned list, or the same in any
+// spelling (see bannedSpelling).
 func IsBannedPrefixSuggestion(prefix []string) bool {
-	return bannedPrefixSuggestions[strings.Join(prefix, "\x00")]
+	return bannedPrefixSuggestions[strings.Join(prefix, "\x00")] || bannedSpelling(prefix, 0)
 }
 
 // BannedPrefixSuggestionCount is the size of the banned list.

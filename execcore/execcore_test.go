@@ -383,12 +383,26 @@ func TestEnvelopeEnvironmentGitOverrides(t *testing.T) {
 func TestApprovalIdentityKey(t *testing.T) {
 	in := Input{Argv: a("/bin/bash", "-lc", "cargo   test"), BaseCwd: "/w", SessionID: "s", EnvironmentID: "e"}
 	r1, _ := Evaluate(in)
-	in.Argv = a("bash", "-lc", "cargo test")
+	in.Argv = a("/bin/bash", "-lc", "cargo test")
 	r2, _ := Evaluate(in)
 	if r1.Identity.Key() != r2.Identity.Key() {
 		t.Fatalf("%s != %s", r1.Identity.Key(), r2.Identity.Key())
 	}
-	want := `{"command":["cargo","test"],"cwd":"/w","sandbox_permissions":"use_default","additional_permissions":null,"session_id":"s","environment_id":"e"}`
+	// SPEC §6.3: the shell that runs the script, and its flag, are part
+	// of the key; the canonical command stays the R2 one.
+	for _, other := range [][]string{a("/bin/sh", "-lc", "cargo test"), a("bash", "-lc", "cargo test"), a("/bin/bash", "-c", "cargo test"), a("/bin/zsh", "-lc", "cargo test")} {
+		in.Argv = other
+		r, _ := Evaluate(in)
+		if r.Identity.Key() == r1.Identity.Key() || !reflect.DeepEqual(r.Identity.Command, a("cargo", "test")) {
+			t.Errorf("%q shares the key of /bin/bash -lc: %s", other, r.Identity.Key())
+		}
+	}
+	in.Argv = a("cargo", "test")
+	if r, _ := Evaluate(in); r.Identity.Key() == r1.Identity.Key() || r.Identity.Shell != nil {
+		t.Errorf("a direct argv shares the key of a shell script: %s", r.Identity.Key())
+	}
+	in.Argv = a("/bin/bash", "-lc", "cargo   test")
+	want := `{"command":["cargo","test"],"shell":["/bin/bash","-lc"],"cwd":"/w","sandbox_permissions":"use_default","additional_permissions":null,"session_id":"s","environment_id":"e"}`
 	if r1.Identity.Key() != want {
 		t.Fatalf("key %s", r1.Identity.Key())
 	}

@@ -32,6 +32,8 @@ type etCheckOut struct {
 		BypassSandbox bool    `json:"bypass_sandbox"`
 		Reason        *string `json:"reason"`
 	} `json:"requirement"`
+	// raw is the whole JSON output, for fields the struct does not hold.
+	raw []byte
 }
 
 // etCheck runs `execwrap check --json ARGS` in dir; it fails the test on
@@ -59,6 +61,7 @@ func etCheck(t *testing.T, dir string, args ...string) (etCheckOut, int) {
 	if err := json.Unmarshal(so.Bytes(), &out); err != nil {
 		t.Fatalf("check %q: no JSON (%v): %s %s", args, err, so.String(), se.String())
 	}
+	out.raw = so.Bytes()
 	return out, code
 }
 

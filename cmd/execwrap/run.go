@@ -106,6 +106,7 @@ type invocation struct {
 	Cwd                string
 	BaseCwd            string // the workspace: --cwd or the current directory
 	ApprovalIdentity   []string
+	ApprovalShell      []string // the shell and flag of the approval key
 	Requirement        execcore.Requirement
 	ExecSource         string          // "prefix" | "heuristics": what decided (for netproxy's metrics)
 	RequirementJSON    json.RawMessage // execcore's requirement object, verbatim

@@ -342,7 +342,7 @@ func (a runApprover) Approve(ctx context.Context, q orchestrator.Question) (orch
 	r := a.r
 	req := netctl.ApprovalRequest{
 		SessionID: r.opts.session, EnvironmentID: r.opts.envID,
-		Command: r.inv.ApprovalIdentity, Cwd: r.inv.Cwd, Reason: q.Reason,
+		Command: r.inv.ApprovalIdentity, Shell: r.inv.ApprovalShell, Cwd: r.inv.Cwd, Reason: q.Reason,
 		Justification: r.inv.Justification, SandboxPermissions: r.inv.SandboxPermissions,
 		ProposedAmendment: r.inv.Requirement.ProposedAmendment,
 		ApprovalPolicy:    r.inv.Policy.String(),

@@ -62,6 +62,7 @@ func evaluateInvocation(cf *checkFlags, ro runOptions, stdin io.Reader) (*invoca
 		Cwd:                res.Envelope.Cwd,
 		BaseCwd:            in.BaseCwd,
 		ApprovalIdentity:   res.Identity.Command,
+		ApprovalShell:      res.Identity.Shell,
 		Requirement:        req,
 		ExecSource:         execSource(res.Evaluation),
 		RequirementJSON:    rj,

@@ -1,7 +1,6 @@
 package heuristics
 
 import (
-	"regexp"
 	"strings"
 
 	"github.com/netproxy/netproxy/execcore/shellparse"
@@ -76,8 +75,6 @@ var alwaysSafe = map[string]bool{
 	"numfmt": true, "tac": true,
 }
 
-var sedPrintRange = regexp.MustCompile(`^(\d+,)?\d+p$`)
-
 func safeExec(argv []string, o SafeOptions) bool {
 	if len(argv) == 0 {
 		return false
@@ -111,7 +108,7 @@ func safeExec(argv []string, o SafeOptions) bool {
 	case "rg":
 		return safeRg(args)
 	case "sed":
-		return len(argv) <= 4 && len(argv) >= 3 && argv[1] == "-n" && sedPrintRange.MatchString(argv[2])
+		return safeSed(args)
 	case "git":
 		return !o.GitElsewhere && safeGit(args)
 	}
@@ -199,8 +196,7 @@ func safeRg(args []string) bool {
 		switch {
 		case a == "--":
 			return true
-		case a == "--search-zip" || a == "--pre" || a == "--hostname-bin" ||
-			strings.HasPrefix(a, "--pre=") || strings.HasPrefix(a, "--hostname-bin="):
+		case unsafeLongOption(a, rgUnsafe, nil):
 			return false
 		case strings.HasPrefix(a, "--"):
 		case strings.HasPrefix(a, "-") && len(a) > 1:
@@ -262,8 +258,10 @@ func safeGit(args []string) bool {
 	}
 	rest := args[sub+1:]
 	for _, a := range rest {
-		if a == "--output" || strings.HasPrefix(a, "--output=") || a == "--ext-diff" || a == "--textconv" ||
-			a == "--exec" || strings.HasPrefix(a, "--exec=") {
+		if a == "--" {
+			break
+		}
+		if unsafeLongOption(a, gitSubUnsafe, gitSubExact) {
 			return false
 		}
 	}

@@ -147,6 +147,7 @@ type ApprovalRequest struct {
 	EnvironmentID      string   `json:"environment_id"`
 	ExecutionID        string   `json:"execution_id,omitempty"`
 	Command            []string `json:"command"`
+	Shell              []string `json:"shell,omitempty"` // the shell and flag that run a script (part of the cache key)
 	Cwd                string   `json:"cwd"`
 	SandboxPermissions string   `json:"sandbox_permissions,omitempty"`
 	TTY                *bool    `json:"tty,omitempty"`
