@@ -114,8 +114,17 @@ func ctlRecv(fd int) (ctlMsg, []int, error) {
 		n, oobn, flags int
 		err            error
 	)
-	for {
+	for resets := 0; ; {
 		n, oobn, flags, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		// A peer that closed with our message unread (the init failing
+		// its setup before reading "prepared") leaves ECONNRESET pending,
+		// and a seqpacket recv reports it before the messages still
+		// queued — the setup failure among them. The error is cleared once
+		// reported: read on, to the queued messages and then EOF.
+		if errors.Is(err, unix.ECONNRESET) && resets < 4 {
+			resets++
+			continue
+		}
 		if !errors.Is(err, unix.EINTR) {
 			break
 		}

@@ -505,10 +505,10 @@ exit 0`)})
 
 func TestSandboxSetupErrorFailsClosed(t *testing.T) {
 	wd := workdir(t)
-	_, err := Run(context.Background(), Spec{Cwd: wd, Argv: []string{"true"}, Kind: KindWorkspaceWrite, Network: NetworkNone,
+	r0, err := Run(context.Background(), Spec{Cwd: wd, Argv: []string{"true"}, Kind: KindWorkspaceWrite, Network: NetworkNone,
 		Tier: TierNamespaces, WritableRoots: []string{"/nonexistent-root-xyz"}})
 	if err == nil {
-		t.Fatal("a missing writable root must fail the setup")
+		t.Fatalf("a missing writable root must fail the setup: %+v", r0)
 	}
 	if _, ok := err.(*SetupError); !ok {
 		t.Fatalf("want *SetupError, got %T %v", err, err)
