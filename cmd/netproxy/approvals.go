@@ -202,10 +202,11 @@ func (c *approvalsCLI) list(ctx context.Context, client *webui.Client, asJSON bo
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tAGE\tKIND\tTARGET\tPROTOCOL\tSESSION\tENV\tCOMMAND")
+	fmt.Fprintln(tw, "ID\tAGE\tKIND\tTARGET\tPROTOCOL\tSESSION\tENV\tCOMMAND\tREASON")
 	for _, a := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, c.ago(webui.Created(a)), dashIfEmpty(a.Kind), webui.Target(a),
-			dashIfEmpty(a.Protocol), dashIfEmpty(a.SessionID), dashIfEmpty(a.EnvironmentID), clipText(dashIfEmpty(webui.CommandText(a)), 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, c.ago(webui.Created(a)), dashIfEmpty(a.Kind), webui.Target(a),
+			dashIfEmpty(a.Protocol), dashIfEmpty(a.SessionID), dashIfEmpty(a.EnvironmentID), clipText(dashIfEmpty(webui.CommandText(a)), 60),
+			clipText(dashIfEmpty(a.Reason), 60))
 	}
 	return tw.Flush()
 }
@@ -253,6 +254,10 @@ func (c *approvalsCLI) printApproval(a approvalsvc.Approval, indent string) {
 		{"target", webui.Target(a)},
 		{"protocol", a.Protocol},
 		{"reason", a.Reason},
+		{"justification", a.Justification},
+		{"amendment", webui.ProposedRule(a)},
+		{"sandbox", a.SandboxPermissions},
+		{"rationale", a.Rationale},
 		{"command", webui.CommandText(a)},
 		{"cwd", a.Cwd},
 		{"session", a.SessionID},
