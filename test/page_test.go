@@ -268,3 +268,100 @@ func TestBrowserExecApprovalCard(t *testing.T) {
 		t.Fatalf("the page logged JavaScript errors:\n%s", strings.Join(errs, "\n"))
 	}
 }
+
+// pageStartupOutput is serve's output once it logged "netproxy serving"
+// (the listeners answer before the start-up lines are all written).
+func pageStartupOutput(t *testing.T, p *Proxy) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(p.Output.String(), "netproxy serving") {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve never logged that it is serving:\n%s", p.Output.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return p.Output.String()
+}
+
+// pageCLI runs `netproxy approvals` against p with NETPROXY_ADMIN_TOKEN
+// unset: the token must come from $NETPROXY_HOME/admin-token.
+func pageCLI(t *testing.T, p *Proxy, args ...string) (int, string) {
+	t.Helper()
+	cmd := NetproxyCmd(t, p, append([]string{"approvals", "--admin", "http://" + p.Admin}, args...)...)
+	env := cmd.Env[:0:0]
+	for _, kv := range cmd.Env {
+		if !strings.HasPrefix(kv, "NETPROXY_ADMIN_TOKEN=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = env
+	out, _ := cmd.CombinedOutput()
+	return cmd.ProcessState.ExitCode(), string(out)
+}
+
+// serve prints a summary of its policy at start, and with a generated
+// token (stdout not a terminal) `netproxy approvals` works with no token
+// variable, from the file serve wrote.
+func TestServePolicySummaryAndTokenFile(t *testing.T) {
+	up := StartUpstream(t, false)
+	c := StdConfig()
+	c.Approvals = true
+	p := WriteProxyConfig(t, c)
+	p.Token = "" // the variable is set but empty: serve generates a token
+	p.Start(t)
+	out := pageStartupOutput(t, p)
+	for _, want := range []string{
+		"netproxy: policy: 2 allow entries, 2 deny entries, mode full\n",
+		"netproxy: unlisted hosts wait for approval for up to 30 s (approvals page or `netproxy approvals`); no decision denies\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("serve's start-up output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "nothing is allowed") {
+		t.Errorf("with two allow entries serve says nothing is allowed:\n%s", out)
+	}
+
+	waiting := browserProxyGet(p, up.URL("other.test", "/hello"))
+	var id string
+	deadline := time.Now().Add(15 * time.Second)
+	for id == "" {
+		code, list := pageCLI(t, p, "list")
+		if code != 0 {
+			t.Fatalf("approvals list with the token file only: exit %d\n%s", code, list)
+		}
+		for _, line := range strings.Split(list, "\n") {
+			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[3], "other.test:") {
+				id = f[0]
+			}
+		}
+		if id == "" && time.Now().After(deadline) {
+			t.Fatalf("approvals list never showed other.test:\n%s", list)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, o := pageCLI(t, p, "decide", id, "allow_once"); code != 0 {
+		t.Fatalf("approvals decide with the token file only: exit %d\n%s", code, o)
+	}
+	if r := browserAwait(t, waiting, 15*time.Second, "the request allowed from the CLI"); r.err != nil || r.status != 200 || r.body != Hello {
+		t.Fatalf("allowed request: %+v", r)
+	}
+
+	// A wrong token file is named in the error.
+	if err := os.WriteFile(filepath.Join(p.Home, "admin-token"), []byte("0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, o := pageCLI(t, p, "list"); code != 1 || !strings.Contains(o, "admin token from "+filepath.Join(p.Home, "admin-token")+" rejected") {
+		t.Fatalf("stale token file: exit %d\n%s", code, o)
+	}
+
+	// With approvals off, serve says unlisted hosts are blocked.
+	q := StartProxy(t, ProxyConfig{AllowLocal: true})
+	qout := pageStartupOutput(t, q)
+	if want := "netproxy: unlisted hosts are blocked (approvals.enabled = false)\n"; !strings.Contains(qout, want) {
+		t.Errorf("serve with approvals off lacks %q:\n%s", want, qout)
+	}
+	if want := "nothing is allowed until it is listed in [network.domains] or approved"; !strings.Contains(qout, want) {
+		t.Errorf("serve with empty lists lacks %q:\n%s", want, qout)
+	}
+}
