@@ -365,3 +365,43 @@ func TestServePolicySummaryAndTokenFile(t *testing.T) {
 		t.Errorf("serve with empty lists lacks %q:\n%s", want, qout)
 	}
 }
+
+// The README's sample configuration is valid and means what the README
+// says: a listed host passes the lists, a denied one is refused, and any
+// other host waits for approval (nothing is allowed until listed or
+// approved).
+func TestSampleConfig(t *testing.T) {
+	sample := filepath.Join(repoRoot(), "configs", "sample.toml")
+	p := WriteProxyConfig(t, ProxyConfig{}) // only for its NETPROXY_HOME
+	run := func(args ...string) (int, string, string) {
+		cmd := NetproxyCmd(t, p, args...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		cmd.Run()
+		return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+	}
+	if code, out, errs := run("config", "validate", sample); code != 0 || !strings.Contains(out, "OK") || errs != "" {
+		t.Fatalf("config validate %s: exit %d\n%s%s", sample, code, out, errs)
+	}
+	for _, tc := range []struct {
+		host     string
+		code     int
+		decision string
+	}{
+		{"example.com:443", 11, `"decision": "ask"`},
+		{"pastebin.com:443", 10, `"reason": "denied"`},
+	} {
+		if code, out, errs := run("check", "--config", sample, "--json", tc.host); code != tc.code || !strings.Contains(out, tc.decision) {
+			t.Errorf("check %s with the sample: exit %d (want %d)\n%s%s", tc.host, code, tc.code, out, errs)
+		}
+	}
+	readme, err := os.ReadFile(filepath.Join(repoRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"netproxy serve --config configs/sample.toml", "Nothing is allowed until it is listed or approved"} {
+		if !strings.Contains(string(readme), want) {
+			t.Errorf("README.md lacks %q", want)
+		}
+	}
+}

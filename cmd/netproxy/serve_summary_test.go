@@ -72,6 +72,25 @@ timeout = "45s"
 		})
 	}
 
+	// The README quotes what serve says for the sample configuration.
+	sample, err := config.Load(filepath.Join("..", "..", "configs", "sample.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := server.LoadPolicy(sample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(policySummary(snap, sample)), "\n") {
+		if !strings.Contains(string(readme), "#   "+line+"\n") {
+			t.Errorf("README.md does not quote serve's line for configs/sample.toml: %q", line)
+		}
+	}
+
 	// Persisted network_rule()s count: they are in the live lists.
 	if err := os.MkdirAll(filepath.Join(home, "rules"), 0o700); err != nil {
 		t.Fatal(err)
@@ -81,8 +100,7 @@ timeout = "45s"
 		t.Fatal(err)
 	}
 	cfg := config.Default()
-	snap, err := server.LoadPolicy(cfg)
-	if err != nil {
+	if snap, err = server.LoadPolicy(cfg); err != nil {
 		t.Fatal(err)
 	}
 	if got := policySummary(snap, cfg); !strings.Contains(got, "policy: 1 allow entry, 0 deny entries") || strings.Contains(got, "nothing is allowed") {
