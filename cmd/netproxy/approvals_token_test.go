@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // runCLIWithFile runs the CLI with $NETPROXY_ADMIN_TOKEN = env and the
@@ -15,10 +13,7 @@ func runCLIWithFile(t *testing.T, env, file string, args ...string) (int, string
 	t.Helper()
 	cli, out, errb := newCLI(strings.NewReader(""), env, false)
 	cli.tokenFile = file
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	code := cli.run(ctx, args)
-	return code, out.String(), errb.String()
+	return runBuiltCLI(cli, out, errb, args...)
 }
 
 // With $NETPROXY_ADMIN_TOKEN unset, the CLI uses the token file serve
