@@ -327,16 +327,15 @@ func (r *runner) approver() orchestrator.Approver { return runApprover{r} }
 
 func (a runApprover) Approve(ctx context.Context, q orchestrator.Question) (orchestrator.Answer, error) {
 	r := a.r
-	reason := q.Reason // an escalated retry's own question
-	if !q.Retry {
-		reason = r.inv.ApprovalReason
-	}
 	req := netctl.ApprovalRequest{
 		SessionID: r.opts.session, EnvironmentID: r.opts.envID,
-		Command: r.inv.ApprovalIdentity, Cwd: r.inv.Cwd, Reason: reason,
+		Command: r.inv.ApprovalIdentity, Cwd: r.inv.Cwd, Reason: q.Reason,
 		Justification: r.inv.Justification, SandboxPermissions: r.inv.SandboxPermissions,
 		ProposedAmendment: r.inv.Requirement.ProposedAmendment,
 		ApprovalPolicy:    r.inv.Policy.String(),
+	}
+	if !q.Retry { // an escalated retry keeps its own question
+		req.Reason = r.inv.ApprovalReason
 	}
 	ans, err := r.client.RequestApproval(ctx, req)
 	if err == nil {
