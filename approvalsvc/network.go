@@ -165,7 +165,7 @@ func (s *Service) review(ctx context.Context, a Approval, policy ApprovalPolicy,
 	if policy.Kind == PolicyNever {
 		return deny(byPolicy, OutcomeDeny, "the approval policy is never: nothing may be approved")
 	}
-	useGuardian := reviewer == ReviewerGuardian && (policy.Kind == PolicyOnRequest || policy.Kind == PolicyGranular)
+	useGuardian := RoutesToGuardian(policy, reviewer)
 	if useGuardian && s.guardian == nil {
 		return deny(byPolicy, OutcomeDeny, "no reviewer reachable: the Guardian is not configured")
 	}

@@ -171,7 +171,6 @@ func (c *browserConsole) Errors() []string {
 }
 
 func TestBrowserApprovalsPage(t *testing.T) {
-	chromium := browserChromium(t)
 	up := StartUpstream(t, false)
 	// alpha.test and bravo.test resolve to the upstream's 127.0.0.1 and are
 	// in no list: every request to them is an allow-list miss for review.
@@ -181,40 +180,12 @@ func TestBrowserApprovalsPage(t *testing.T) {
 		Approvals:  true,
 	})
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromium),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1366, 900),
-	}
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancelTab := chromedp.NewContext(allocCtx)
-	defer cancelTab()
-	ctx, cancelTimeout := context.WithTimeout(ctx, 120*time.Second)
-	defer cancelTimeout()
-
-	// Start the browser and subscribe to the console before the page loads.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting chromium: %v", err)
-	}
-	console := &browserConsole{}
-	console.watch(ctx)
+	ctx, console := browserTab(t)
 
 	// The link `netproxy serve` prints for a generated token carries it in
 	// the fragment; the page trades it for the session cookie.
 	pageURL := "http://" + np.Admin + "/#token=" + url.QueryEscape(np.Token)
 	err := chromedp.Do(ctx,
-		chromedp.EmulateViewport(1366, 900),
 		chromedp.Navigate(pageURL),
 		chromedp.WaitVisible(chromedp.ID("app")),
 		chromedp.WaitVisible(chromedp.ID("pending-empty")),

@@ -114,6 +114,7 @@ type invocation struct {
 	Kind               sandbox.Kind
 	SandboxPermissions string
 	Justification      string
+	ApprovalReason     string // the reason sent with an exec approval (approvalReason)
 	Env                []string
 	TimeoutMS          uint64 // a tool call's timeout_ms
 }

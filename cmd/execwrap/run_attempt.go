@@ -347,6 +347,9 @@ func (a runApprover) Approve(ctx context.Context, q orchestrator.Question) (orch
 		ProposedAmendment: r.inv.Requirement.ProposedAmendment,
 		ApprovalPolicy:    r.inv.Policy.String(),
 	}
+	if !q.Retry { // an escalated retry keeps its own question
+		req.Reason = r.inv.ApprovalReason
+	}
 	ans, err := r.client.RequestApproval(ctx, req)
 	if err == nil {
 		return orchestrator.Answer{Approved: ans.Approved && strings.HasPrefix(ans.Decision, "allow"),

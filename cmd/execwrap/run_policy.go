@@ -70,6 +70,7 @@ func evaluateInvocation(cf *checkFlags, ro runOptions, stdin io.Reader) (*invoca
 		Kind:               kind,
 		SandboxPermissions: string(res.Envelope.EffectivePermissions),
 		Justification:      res.Envelope.Justification,
+		ApprovalReason:     approvalReason(req, res.Evaluation, in.ApprovalPolicy.String(), string(res.Envelope.EffectivePermissions)),
 		Env:                env,
 		TimeoutMS:          res.Envelope.TimeoutMS,
 	}, nil

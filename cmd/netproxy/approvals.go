@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netproxy/netproxy/approvalsvc"
+	"github.com/netproxy/netproxy/internal/config"
 	"github.com/netproxy/netproxy/internal/webui"
 )
 
@@ -30,7 +32,8 @@ const (
   netproxy approvals [--admin URL] watch
 
 DECISION is one of allow_once, allow_session, allow_always, deny, deny_always.
---admin defaults to http://127.0.0.1:9091; the token comes from $NETPROXY_ADMIN_TOKEN.
+--admin defaults to http://127.0.0.1:9091; the token comes from $NETPROXY_ADMIN_TOKEN,
+else from $NETPROXY_HOME/admin-token (written by serve when it generated the token).
 watch streams approvals as they arrive; on a terminal it prompts for each one,
 otherwise it reads "ID DECISION" lines from stdin.
 `
@@ -44,6 +47,9 @@ type approvalsCLI struct {
 	tty            bool // stdin is a terminal: watch prompts interactively
 	now            func() time.Time
 	retryDelay     time.Duration // watch: first reconnect delay
+	// tokenFile is read when $NETPROXY_ADMIN_TOKEN is unset ("" : never).
+	tokenFile string
+	tokenFrom string // where the token came from, for error messages
 }
 
 func runApprovals(args []string, stdout, stderr io.Writer) int {
@@ -53,6 +59,7 @@ func runApprovals(args []string, stdout, stderr io.Writer) int {
 	cli := &approvalsCLI{
 		stdin: os.Stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv,
 		tty: err == nil, now: time.Now, retryDelay: time.Second,
+		tokenFile: filepath.Join(config.HomeDir(), adminTokenFile),
 	}
 	return cli.run(ctx, args)
 }
@@ -113,11 +120,12 @@ func (c *approvalsCLI) run(ctx context.Context, args []string) int {
 			return c.usageError(fmt.Sprintf("unknown decision %q: want one of %s", rest[1], strings.Join(webui.Decisions, ", ")))
 		}
 	}
-	token := c.getenv(adminTokenEnv)
-	if token == "" {
-		fmt.Fprintf(c.stderr, "netproxy approvals: %s is not set: export the admin token that `netproxy serve` printed (or the value of the variable named by admin.token_env)\n", adminTokenEnv)
+	token, from, err := c.adminToken()
+	if err != nil {
+		fmt.Fprintf(c.stderr, "netproxy approvals: %v\n", err)
 		return 2
 	}
+	c.tokenFrom = from
 	client, err := webui.NewClient(admin, token, nil)
 	if err != nil {
 		return c.usageError(err.Error())
@@ -133,7 +141,7 @@ func (c *approvalsCLI) run(ctx context.Context, args []string) int {
 		err = c.watch(ctx, client)
 	}
 	if err != nil {
-		fmt.Fprintf(c.stderr, "netproxy approvals: %s\n", explainAdminError(err, client.Base.String()))
+		fmt.Fprintf(c.stderr, "netproxy approvals: %s\n", c.explainAdminError(err, client.Base.String()))
 		return 1
 	}
 	return 0
@@ -145,9 +153,11 @@ func normalizeDecision(d string) string {
 }
 
 // explainAdminError turns client errors into what the user should do.
-func explainAdminError(err error, base string) string {
+func (c *approvalsCLI) explainAdminError(err error, base string) string {
 	var ue *webui.UnreachableError
 	switch {
+	case errors.Is(err, webui.ErrUnauthorized) && c.tokenFile != "" && c.tokenFrom == c.tokenFile:
+		return fmt.Sprintf("admin token from %s rejected by %s: the file is from another run of `netproxy serve`, or that serve uses another NETPROXY_HOME; set %s to the admin token that `netproxy serve` printed at start", c.tokenFrom, base, adminTokenEnv)
 	case errors.Is(err, webui.ErrUnauthorized):
 		return fmt.Sprintf("admin token rejected by %s: set %s to the admin token that `netproxy serve` printed at start (the value of the variable named by admin.token_env)", base, adminTokenEnv)
 	case errors.As(err, &ue):
@@ -202,10 +212,11 @@ func (c *approvalsCLI) list(ctx context.Context, client *webui.Client, asJSON bo
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tAGE\tKIND\tTARGET\tPROTOCOL\tSESSION\tENV\tCOMMAND")
+	fmt.Fprintln(tw, "ID\tAGE\tKIND\tTARGET\tPROTOCOL\tSESSION\tENV\tCOMMAND\tREASON")
 	for _, a := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, c.ago(webui.Created(a)), dashIfEmpty(a.Kind), webui.Target(a),
-			dashIfEmpty(a.Protocol), dashIfEmpty(a.SessionID), dashIfEmpty(a.EnvironmentID), clipText(dashIfEmpty(webui.CommandText(a)), 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, c.ago(webui.Created(a)), dashIfEmpty(a.Kind), webui.Target(a),
+			dashIfEmpty(a.Protocol), dashIfEmpty(a.SessionID), dashIfEmpty(a.EnvironmentID), clipText(dashIfEmpty(webui.CommandText(a)), 60),
+			clipText(dashIfEmpty(a.Reason), 60))
 	}
 	return tw.Flush()
 }
@@ -253,6 +264,10 @@ func (c *approvalsCLI) printApproval(a approvalsvc.Approval, indent string) {
 		{"target", webui.Target(a)},
 		{"protocol", a.Protocol},
 		{"reason", a.Reason},
+		{"justification", a.Justification},
+		{"amendment", webui.ProposedRule(a)},
+		{"sandbox", a.SandboxPermissions},
+		{"rationale", a.Rationale},
 		{"command", webui.CommandText(a)},
 		{"cwd", a.Cwd},
 		{"session", a.SessionID},
@@ -329,7 +344,7 @@ func (c *approvalsCLI) watch(ctx context.Context, client *webui.Client) error {
 			if first || errors.Is(err, webui.ErrUnauthorized) {
 				return err
 			}
-			fmt.Fprintf(c.stderr, "event stream: %s; retrying in %s\n", explainAdminError(err, client.Base.String()), delay)
+			fmt.Fprintf(c.stderr, "event stream: %s; retrying in %s\n", c.explainAdminError(err, client.Base.String()), delay)
 			if !sleepCtx(ctx, delay) {
 				return nil
 			}
@@ -601,7 +616,7 @@ func (w *watcher) send(ctx context.Context, id, decision string) {
 			w.drop(id)
 			return
 		}
-		fmt.Fprintf(w.cli.stderr, "deciding %s: %s\n", id, explainAdminError(err, w.client.Base.String()))
+		fmt.Fprintf(w.cli.stderr, "deciding %s: %s\n", id, w.cli.explainAdminError(err, w.client.Base.String()))
 		if w.prompting == id {
 			w.prompting = "" // prompt again
 		}

@@ -131,6 +131,12 @@ func newCLI(stdin io.Reader, token string, tty bool) (*approvalsCLI, *syncBuffer
 func runCLI(t *testing.T, token string, args ...string) (int, string, string) {
 	t.Helper()
 	cli, out, errb := newCLI(strings.NewReader(""), token, false)
+	return runBuiltCLI(cli, out, errb, args...)
+}
+
+// runBuiltCLI runs cli (with a 20 s limit) and returns its exit code,
+// stdout and stderr.
+func runBuiltCLI(cli *approvalsCLI, out, errb *syncBuffer, args ...string) (int, string, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	code := cli.run(ctx, args)

@@ -149,6 +149,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	} else {
 		fmt.Fprintf(stdout, "netproxy: approvals page %s\n", srv.ApprovalsURL())
 	}
+	fmt.Fprint(stdout, policySummary(srv.Engine().Snapshot(), cfg))
 	logger.Info("netproxy serving", "http", a.HTTP, "socks5", a.SOCKS5, "admin", a.Admin, "control", a.Control)
 	if !srv.Engine().Enabled() {
 		// The listeners are bound so that a reload can turn egress back on.

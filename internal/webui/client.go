@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/netproxy/netproxy/approvalsvc"
+	"github.com/netproxy/netproxy/execcore/execpolicy"
 )
 
 // Decisions a reviewer can make (SPEC §5 step 7), spelled as approvalsvc
@@ -50,6 +51,15 @@ func Target(a approvalsvc.Approval) string {
 		return h
 	}
 	return fmt.Sprintf("%s:%d", h, a.Port)
+}
+
+// ProposedRule is the prefix_rule an exec approval's allow_always would
+// save (its proposed amendment), or "" when none is proposed.
+func ProposedRule(a approvalsvc.Approval) string {
+	if len(a.ProposedAmendment) == 0 {
+		return ""
+	}
+	return execpolicy.FormatPrefixRule(a.ProposedAmendment)
 }
 
 // Created parses a.CreatedAt; the zero time when absent or malformed.

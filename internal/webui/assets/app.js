@@ -22,6 +22,30 @@
     deny: "denied", deny_always: "always denied", timeout: "timed out", abort: "aborted",
   };
 
+  // What each button does, by approval kind. Network outcomes follow SPEC §5
+  // step 7; exec outcomes follow approvalsvc's exec semantics (the session
+  // cache is keyed by the command's approval identity: argv, working
+  // directory and sandbox permissions).
+  const HELP = {
+    network: {
+      allow_once: () => "Let this one request through; ask again next time.",
+      allow_session: () => "Allow this host, port and protocol until the session ends.",
+      allow_always: () => "Add the host to the allow list and save a rule (every port and protocol).",
+      deny: () => "Block this request; a later request may ask again.",
+      deny_always: () => "Add the host to the deny list and save a rule; nothing can override it.",
+    },
+    exec: {
+      allow_once: () => "Run this command this one time; the same command asks again next time.",
+      allow_session: () => "Run it, and run this same command (same arguments, working directory and sandbox permissions) without asking for the rest of the session.",
+      allow_always: (a) => hasAmendment(a)
+        ? "As Allow for session, and save the proposed prefix rule to $NETPROXY_HOME/rules: from then on, commands starting with " +
+          commandText(a.proposed_amendment) + " run without asking, in every session (outside the sandbox when rules allow every part of the command line)."
+        : "No rule is proposed for this command, so nothing is saved: the same as Allow for session.",
+      deny: () => "Do not run it; the same command asks again next time.",
+      deny_always: () => "Do not run it; this same command is refused without asking for the rest of the session (no rule is saved).",
+    },
+  };
+
   const $ = (id) => document.getElementById(id);
 
   function el(tag, cls, text) {
@@ -76,7 +100,7 @@
 
   function target(o) {
     const host = o.host || "";
-    if (!host) return o.kind === "exec" ? "command approval" : "(unknown host)";
+    if (!host) return o.kind === "exec" ? (commandText(o.command) || "command approval") : "(unknown host)";
     const h = host.indexOf(":") >= 0 ? "[" + host + "]" : host;
     return o.port ? h + ":" + o.port : h;
   }
@@ -86,6 +110,22 @@
   function reasonText(a) {
     if (a.reason === "not_allowed") return (a.host || "the host") + " is not in the allow list (not_allowed)";
     return dash(a.reason);
+  }
+
+  function hasAmendment(a) {
+    return Array.isArray(a.proposed_amendment) && a.proposed_amendment.length > 0;
+  }
+
+  // prefixRule writes an amendment as the rule allow_always saves (as
+  // execpolicy.FormatPrefixRule does).
+  function prefixRule(tokens) {
+    return "prefix_rule(pattern=[" + tokens.map((t) => JSON.stringify(String(t))).join(", ") + '], decision="allow")';
+  }
+
+  function sandboxText(p) {
+    if (p === "require_escalated") return "require_escalated: asks to run outside the sandbox";
+    if (p === "with_additional_permissions") return "with_additional_permissions: asks for more than the sandbox's defaults";
+    return dash(p) + (p ? ": runs in the sandbox" : "");
   }
 
   function dash(v) { return v === undefined || v === null || v === "" ? "—" : String(v); }
@@ -154,16 +194,27 @@
     card.dataset.id = a.id;
     card.classList.add("new");
     card.querySelector(".target").textContent = target(a);
+    const kind = a.kind === "exec" ? "exec" : "network";
+    card.classList.add("card-" + kind);
     card.querySelector(".proto").textContent = a.protocol || "—";
-    card.querySelector(".kind").textContent = a.kind || "network";
+    card.querySelector(".proto").hidden = kind === "exec";
+    card.querySelector(".kind").textContent = kind;
     setAge(card.querySelector(".age"), parseTime(a.created_at));
     card.querySelector(".f-command").textContent = dash(commandText(a.command));
     card.querySelector(".f-cwd").textContent = dash(a.cwd);
     card.querySelector(".f-session").textContent = dash(a.session_id);
     card.querySelector(".f-env").textContent = dash(a.environment_id);
     card.querySelector(".f-exec").textContent = dash(a.execution_id);
-    card.querySelector(".f-reason").textContent = reasonText(a);
+    card.querySelector(".f-reason").textContent = kind === "exec" ? dash(a.reason) : reasonText(a);
+    if (kind === "exec") {
+      card.querySelector(".f-justification").textContent = dash(a.justification);
+      card.querySelector(".f-amendment").textContent = hasAmendment(a) ? prefixRule(a.proposed_amendment) : "none proposed";
+      card.querySelector(".f-sandbox").textContent = sandboxText(a.sandbox_permissions);
+    } else {
+      card.querySelectorAll(".only-exec").forEach((n) => n.remove());
+    }
     card.querySelectorAll("button[data-decision]").forEach((b) => {
+      b.nextElementSibling.textContent = HELP[kind][b.dataset.decision](a);
       b.addEventListener("click", () => decide(a.id, b.dataset.decision, card));
     });
     return card;
@@ -393,9 +444,20 @@
     showBanner("Could not load the lists: " + e.message);
   }
 
+  // signedOut shows only the sign-in form: what is pending is not known
+  // without the token, so no count or list is shown (and none is kept).
   function signedOut() {
     state.authed = false;
+    state.gen++; // a reload in flight must not fill the lists again
     if (state.source) { state.source.close(); state.source = null; }
+    state.pending.clear();
+    state.executions.clear();
+    state.blocked = [];
+    state.decided = [];
+    $("pending-list").replaceChildren();
+    $("pending-empty").hidden = true;
+    $("pending-count").textContent = "sign in to see pending approvals";
+    document.title = "netproxy approvals";
     $("app").hidden = true;
     $("logout").hidden = true;
     $("login").hidden = false;
@@ -408,6 +470,7 @@
       const s = await api("/api/session");
       state.csrf = s.csrf_token || "";
       state.authed = true;
+      $("pending-count").textContent = "";
       $("login").hidden = true;
       $("app").hidden = false;
       $("logout").hidden = false;
