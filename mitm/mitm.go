@@ -142,8 +142,28 @@ type Interceptor struct {
 	Idle      time.Duration  // wait for the next inner request (0: 5m)
 	// MaxHeaderBytes and MaxHeaders bound one inner request head (SPEC
 	// §7.2; 0: 64 KiB and 100); beyond either the client gets a 431.
+	// HTTP/2 heads are held to the same limits as HTTP/1.1 ones.
 	MaxHeaderBytes int
 	MaxHeaders     int
+	// HeaderTimeout bounds one inner head from its first byte (0: 10 s),
+	// as limits.header_timeout bounds a head on the plain listener; Idle
+	// is only the wait for the next head to begin.
+	HeaderTimeout time.Duration
+}
+
+// limits returns the head limits with their defaults filled in.
+func (i *Interceptor) limits() (maxBytes, maxLines int, headTimeout time.Duration) {
+	maxBytes, maxLines, headTimeout = i.MaxHeaderBytes, i.MaxHeaders, i.HeaderTimeout
+	if maxBytes <= 0 {
+		maxBytes = 64 << 10
+	}
+	if maxLines <= 0 {
+		maxLines = 100
+	}
+	if headTimeout <= 0 {
+		headTimeout = 10 * time.Second
+	}
+	return maxBytes, maxLines, headTimeout
 }
 
 // Tunnel is one intercepted CONNECT.
@@ -202,17 +222,24 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 	if tc.ConnectionState().NegotiatedProtocol == "h2" {
 		return i.serveH2(ctx, t, tr, tc, idle)
 	}
-	lim := &headLimit{r: tc, maxBytes: i.MaxHeaderBytes, maxLines: i.MaxHeaders}
-	if lim.maxBytes <= 0 {
-		lim.maxBytes = 64 << 10
-	}
-	if lim.maxLines <= 0 {
-		lim.maxLines = 100
-	}
+	maxBytes, maxLines, headTimeout := i.limits()
+	lim := &headLimit{r: tc, maxBytes: maxBytes, maxLines: maxLines}
 	br := bufio.NewReader(lim)
 	bw := bufio.NewWriter(tc)
 	for {
-		tc.SetReadDeadline(time.Now().Add(idle))
+		if br.Buffered() == 0 {
+			// Waiting for a head to begin is idleness; once its first
+			// byte is here the head must complete within headTimeout.
+			tc.SetReadDeadline(time.Now().Add(idle))
+			if _, err := br.Peek(1); err != nil {
+				var ne net.Error
+				if errors.As(err, &ne) && !ne.Timeout() {
+					return err
+				}
+				return nil
+			}
+		}
+		tc.SetReadDeadline(time.Now().Add(headTimeout))
 		pre, _ := br.Peek(br.Buffered())
 		var req *http.Request
 		err := lim.begin(pre)
@@ -242,6 +269,9 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 			if errors.As(err, &ne) {
 				return err // a timeout or a socket error: no request bytes in it
 			}
+			// The client may still be sending the head we refused: close
+			// gently so that it reads the answer rather than a reset.
+			lingerClose(tc, t.Client)
 			// net/http quotes the bad line, which may hold a query string
 			// or a placeholder: never let it reach the log.
 			return errors.New("mitm: unreadable inner request")
@@ -295,6 +325,26 @@ func UpstreamFailure(host string, err error) string {
 }
 
 var errHeadTooLarge = errors.New("mitm: request head beyond the limits")
+
+// lingerDelay and lingerBytes bound what lingerClose reads after an error
+// answer (net/http's server waits 500 ms the same way).
+const (
+	lingerDelay = 500 * time.Millisecond
+	lingerBytes = 256 << 10
+)
+
+// lingerClose ends an answered connection whose client may still be
+// sending: close_notify and a TCP FIN first, then up to lingerBytes read
+// and dropped for lingerDelay, so the kernel does not answer the unread
+// bytes with a reset that destroys the answer in flight.
+func lingerClose(tc *tls.Conn, raw net.Conn) {
+	_ = tc.CloseWrite()
+	if cw, ok := raw.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = tc.SetReadDeadline(time.Now().Add(lingerDelay))
+	_, _ = io.CopyN(io.Discard, tc, lingerBytes)
+}
 
 // headLimit counts the bytes and lines of an inner request head as they
 // pass from the TLS connection to the parser; it keeps no copy.
@@ -497,13 +547,24 @@ func (i *Interceptor) serveH2(ctx context.Context, t *Tunnel, tr *http.Transport
 		}
 	}()
 	var mu sync.Mutex // Bytes may be told from several streams
+	maxBytes, maxLines, headTimeout := i.limits()
 	srv := &http2.Server{IdleTimeout: idle}
-	srv.ServeConn(tc, &http2.ServeConnOpts{
+	srv.ServeConn(&h2HeadGuard{Conn: tc, tls: tc, timeout: headTimeout, preface: len(http2.ClientPreface)}, &http2.ServeConnOpts{
 		Context: ctx,
 		// x/net/http2 logs protocol errors through BaseConfig.ErrorLog
 		// (the process's standard logger when nil): keep them out.
-		BaseConfig: &http.Server{ErrorLog: log.New(io.Discard, "", 0)},
+		// MaxHeaderBytes is the advertised and enforced header list size:
+		// a larger block is refused (431) and never buffered whole.
+		BaseConfig: &http.Server{ErrorLog: log.New(io.Discard, "", 0), MaxHeaderBytes: maxBytes},
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if fieldCount(r.Header) > maxLines {
+				// The HTTP/1.1 side counts header lines; an HTTP/2 head is
+				// held to the same number of fields.
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				w.WriteHeader(http.StatusRequestHeaderFieldsTooLarge)
+				io.WriteString(w, "request header too large\n")
+				return
+			}
 			up, down := i.serveStream(t, tr, w, r)
 			if t.Bytes != nil {
 				mu.Lock()

@@ -251,7 +251,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			return nil, err
 		}
 		core.MITM = &mitm.Interceptor{Authority: ca, Roots: roots, Idle: cfg.Limits.IdleTimeout.Duration,
-			MaxHeaderBytes: cfg.Limits.MaxHeaderBytes, MaxHeaders: cfg.Limits.MaxHeaders}
+			MaxHeaderBytes: cfg.Limits.MaxHeaderBytes, MaxHeaders: cfg.Limits.MaxHeaders, HeaderTimeout: cfg.Limits.HeaderTimeout.Duration}
 	}
 	s.httpP = proxy.NewHTTP(core)
 	s.socksP = proxy.NewSOCKS(core)
