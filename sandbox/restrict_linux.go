@@ -100,9 +100,12 @@ type landlockRules struct {
 	OwnPTY  string
 	// Hidden are paths no rule may cover (SPEC §6.5): the grants are split
 	// around them (hide_linux.go). SplitRW splits the read-write grants
-	// too (the landlock tier, which has no mounts to hide them).
-	Hidden  []hiddenPath
-	SplitRW bool
+	// too (the landlock tier, which has no mounts to hide them), also
+	// around ReadOnly: the paths it protects in the writable roots
+	// (llprotect_linux.go).
+	Hidden   []hiddenPath
+	ReadOnly []string
+	SplitRW  bool
 }
 
 // applyLandlock restricts this thread. It returns the ABI in force (0 when

@@ -23,9 +23,11 @@ import (
 )
 
 // llWorkScript is the ordinary work every case also does, in the existing
-// subfolder work/ and in $TMPDIR; it prints WORK-OK when every step worked.
+// subfolder work/, on an existing file at the top and in $TMPDIR; it
+// prints WORK-ok when every step worked.
 const llWorkScript = `
 w=ok
+echo edited >> notes.txt || w=fail
 echo new > work/new.txt || w=fail
 echo edited >> work/old.txt || w=fail
 rm work/gone.txt || w=fail
@@ -38,9 +40,11 @@ echo t > "$TMPDIR/top" && cat "$TMPDIR/top" >/dev/null || w=fail
 echo WORK-$w
 `
 
-// llWorkFixture makes work/ with old.txt, gone.txt and an empty folder.
+// llWorkFixture makes work/ with old.txt, gone.txt and an empty folder,
+// and notes.txt at the top.
 func llWorkFixture(t *testing.T, dir string) {
 	t.Helper()
+	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("notes\n"), 0o644)
 	os.MkdirAll(filepath.Join(dir, "work", "empty"), 0o755)
 	os.WriteFile(filepath.Join(dir, "work", "old.txt"), []byte("old\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "work", "gone.txt"), []byte("gone\n"), 0o644)
@@ -52,7 +56,7 @@ func llCheckWork(t *testing.T, dir string, out string) {
 	if !strings.Contains(out, "WORK-ok") {
 		t.Errorf("ordinary work in a subfolder failed:\n%s", out)
 	}
-	for p, want := range map[string]string{"work/renamed.txt": "new\n", "work/old.txt": "old\nedited\n", "work/d2/f": "f\n", "work/deep/er/z": "z\n"} {
+	for p, want := range map[string]string{"notes.txt": "notes\nedited\n", "work/renamed.txt": "new\n", "work/old.txt": "old\nedited\n", "work/d2/f": "f\n", "work/deep/er/z": "z\n"} {
 		if b, err := os.ReadFile(filepath.Join(dir, p)); err != nil || string(b) != want {
 			t.Errorf("%s on the host: %q %v, want %q", p, b, err, want)
 		}
@@ -64,8 +68,8 @@ func llCheckWork(t *testing.T, dir string, out string) {
 	}
 }
 
-// llSnapshot maps every path of dir outside work/ to its type, mode and
-// content (a symlink to its target).
+// llSnapshot maps every path of dir outside work/ and notes.txt to its
+// type, mode and content (a symlink to its target).
 func llSnapshot(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	snap := map[string]string{}
@@ -75,8 +79,11 @@ func llSnapshot(t *testing.T, dir string) map[string]string {
 			return nil
 		}
 		rel, _ := filepath.Rel(dir, p)
-		if rel == "work" {
+		switch rel {
+		case "work":
 			return filepath.SkipDir
+		case "notes.txt":
+			return nil
 		}
 		fi, err := d.Info()
 		if err != nil {
@@ -154,7 +161,8 @@ echo ` + fsmon + ` >> sub/.git/config 2>&1
 git -C sub config core.fsmonitor "touch PWN" 2>&1
 printf '#!/bin/sh\ntouch PWN\n' > sub/.git/hooks/pre-commit 2>&1
 mv sub/.git sub/.git-old 2>&1; mv sub sub-old 2>&1
-echo x > top.txt 2>&1; echo x >> a.txt 2>&1; rm a.txt 2>&1`,
+ln .git/config work/hard 2>&1 && echo ` + fsmon + ` >> work/hard
+echo x > top.txt 2>&1; rm a.txt 2>&1`,
 			gitDirs: []string{".", "sub"},
 		},
 		{
@@ -187,6 +195,7 @@ git config core.fsmonitor "touch PWN" 2>&1
 printf '#!/bin/sh\ntouch PWN\n' > .repo/projects/x.git/hooks/pre-commit 2>&1
 mkdir .repo/projects/x.git/hooks/x 2>&1
 mv .repo/projects/x.git .repo/projects/y.git 2>&1; mkdir .repo/projects/x.git 2>&1
+ln .repo/projects/x.git/config work/hard 2>&1 && echo ` + fsmon + ` >> work/hard
 rm .git 2>&1; ln -sf work .git 2>&1`,
 			gitDirs: []string{"."},
 		},
