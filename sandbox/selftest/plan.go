@@ -19,8 +19,9 @@ type Plan struct {
 	// them; Control is its control socket.
 	Netproxy []string `json:"netproxy,omitempty"`
 	Control  string   `json:"control,omitempty"`
-	// Secrets per probe: a host path the caller can read.
-	Secrets map[string]SecretTarget `json:"secrets,omitempty"`
+	// Secrets per probe: the host paths the caller can read (one, or
+	// every path of netproxy's list or of --deny-read).
+	Secrets map[string][]SecretTarget `json:"secrets,omitempty"`
 	// ProbeHost is an allowed HOST:PORT for the SNI fronting probe.
 	ProbeHost string `json:"probe_host,omitempty"`
 	// Skip names the probes that do not apply, with the reason.

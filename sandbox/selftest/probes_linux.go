@@ -723,36 +723,38 @@ func (c *countConn) Read(b []byte) (int, error) {
 
 // ---- files ----
 
-// probeSecret reads a host secret: the host compares the hashes and names.
+// probeSecret reads host secrets: the host compares the hashes and names.
 func probeSecret(ctx context.Context, p *Plan, name string) Result {
-	s, ok := p.Secrets[name]
-	if !ok {
+	ts, ok := p.Secrets[name]
+	if !ok || len(ts) == 0 {
 		return failed("no path in the plan")
 	}
 	r := Result{Hashes: map[string]string{}}
 	var ev []string
-	files := s.Files
-	if !s.Dir {
-		files = []string{s.Path}
-	} else if ents, err := os.ReadDir(s.Path); err != nil {
-		ev = append(ev, "list "+s.Path+": "+errText(err))
-	} else {
-		for _, e := range ents {
-			r.Names = append(r.Names, e.Name())
+	for _, s := range ts {
+		files := s.Files
+		if !s.Dir {
+			files = []string{s.Path}
+		} else if ents, err := os.ReadDir(s.Path); err != nil {
+			ev = append(ev, "list "+s.Path+": "+errText(err))
+		} else {
+			for _, e := range ents {
+				r.Names = append(r.Names, e.Name())
+			}
+			ev = append(ev, fmt.Sprintf("list %s: %d entries", s.Path, len(ents)))
 		}
-		ev = append(ev, fmt.Sprintf("list %s: %d entries", s.Path, len(ents)))
-	}
-	for _, f := range files {
-		b, err := readLimited(f)
-		switch {
-		case err != nil:
-			ev = append(ev, "read "+f+": "+errText(err))
-		case len(b) == 0:
-			ev = append(ev, "read "+f+": empty")
-		default:
-			sum := sha256.Sum256(b)
-			r.Hashes[f] = hex.EncodeToString(sum[:])
-			ev = append(ev, fmt.Sprintf("read %s: %d bytes", f, len(b)))
+		for _, f := range files {
+			b, err := readLimited(f)
+			switch {
+			case err != nil:
+				ev = append(ev, "read "+f+": "+errText(err))
+			case len(b) == 0:
+				ev = append(ev, "read "+f+": empty")
+			default:
+				sum := sha256.Sum256(b)
+				r.Hashes[f] = hex.EncodeToString(sum[:])
+				ev = append(ev, fmt.Sprintf("read %s: %d bytes", f, len(b)))
+			}
 		}
 	}
 	r.Result, r.Evidence = Held, strings.Join(ev, "; ")
