@@ -207,8 +207,10 @@ type splitRights struct {
 	File   uint64 // the rights a non-directory entry can hold
 	// ReadsFiles are dropped from a folder on the way to a hidden path;
 	// Writes from a folder on the way to a read-only path and from the
-	// read-only path itself.
-	ReadsFiles, Writes uint64
+	// read-only path itself; Lists from a folder on the way to a hidden
+	// folder (its names would be listed through the inherited right; 0
+	// where a mount hides them anyway).
+	ReadsFiles, Writes, Lists uint64
 }
 
 // splitGrant is the grant of r.Access on root cut around cuts: unchanged
@@ -231,8 +233,11 @@ func splitGrant(root string, r splitRights, cuts grantCuts, fsys hideFS) ([]path
 		return []pathGrant{{Path: root, Access: r.Access, Dir: true}}, nil
 	}
 	along := r.Access
-	if len(below.Hidden) > 0 {
+	for _, h := range below.Hidden {
 		along &^= r.ReadsFiles
+		if h.Dir {
+			along &^= r.Lists
+		}
 	}
 	if len(below.ReadOnly) > 0 {
 		along &^= r.Writes

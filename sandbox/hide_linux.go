@@ -117,17 +117,25 @@ const (
 // roRights and rwRights are the rights of a split read-only and
 // read-write grant. A read-write grant is Landlock's RWDirs (REFER too, so
 // files move between the workspace's folders); what a protected path
-// keeps of it reads only.
+// keeps of it reads only. Both are the landlock tier's, where nothing but
+// Landlock hides a folder's names: a folder on the way to a hidden folder
+// cannot be listed either.
 var (
-	roRights = splitRights{Access: llRead, File: llFile, ReadsFiles: llReadFiles, Writes: llWrite | llsys.AccessFSRefer}
+	roRights = splitRights{Access: llRead, File: llFile, ReadsFiles: llReadFiles, Writes: llWrite | llsys.AccessFSRefer,
+		Lists: llsys.AccessFSReadDir}
 	rwRights = splitRights{Access: llRead | llWrite | llsys.AccessFSRefer | llsys.AccessFSIoctlDev, File: llFile,
-		ReadsFiles: llReadFiles, Writes: llWrite | llsys.AccessFSRefer}
+		ReadsFiles: llReadFiles, Writes: llWrite | llsys.AccessFSRefer, Lists: llsys.AccessFSReadDir}
 )
 
 // splitRO is splitGrant for a read-only grant: folders on the way to a
-// hidden path can be listed, nothing more.
-func splitRO(root string, hidden []hiddenPath) ([]pathGrant, error) {
-	return splitGrant(root, roRights, grantCuts{Hidden: hidden}, osHideFS())
+// hidden path can be listed (in the namespaces tier, mountsHide: the
+// hidden folders are empty mounts), nothing more.
+func splitRO(root string, hidden []hiddenPath, mountsHide bool) ([]pathGrant, error) {
+	r := roRights
+	if mountsHide {
+		r.Lists = 0
+	}
+	return splitGrant(root, r, grantCuts{Hidden: hidden}, osHideFS())
 }
 
 // splitRW is splitGrant for a read-write grant: folders on the way to a

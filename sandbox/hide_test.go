@@ -99,6 +99,16 @@ func TestSplitGrant(t *testing.T) {
 	if g, _ := splitGrant(r+"/c/secret", rights, grantCuts{Hidden: hidden}, osHideFS()); g != nil {
 		t.Fatalf("a hidden folder was granted: %+v", g)
 	}
+	// Landlock tier: a folder on the way to a hidden folder cannot be
+	// listed (the right would be inherited into it); on the way to a
+	// hidden file it can.
+	rights.Lists = 0x04
+	got, _ = splitGrant(r, rights, grantCuts{Hidden: hidden}, osHideFS())
+	for _, g := range got {
+		if lists := g.Access&0x04 != 0; (g.Path == r || g.Path == r+"/c") == lists {
+			t.Fatalf("%s: access %#x (lists %v)", g.Path, g.Access, lists)
+		}
+	}
 }
 
 // The landlock tier's protected paths: the root and every folder on the

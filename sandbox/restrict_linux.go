@@ -143,7 +143,7 @@ func applyLandlock(r landlockRules) (int, error) {
 		}
 	} else {
 		// The namespaces tier's /dev is its own (pts a new instance).
-		roSplit, err := splitRO("/", r.Hidden)
+		roSplit, err := splitRO("/", r.Hidden, true)
 		if err != nil {
 			return abi, err
 		}
@@ -179,7 +179,7 @@ func readOnlyRootWithoutDev(hidden []hiddenPath) ([]landlock.Rule, []pathGrant) 
 	ents, err := os.ReadDir("/")
 	if err != nil {
 		// Cannot list: the whole root, split around the hidden paths.
-		split, _ := splitRO("/", hidden)
+		split, _ := splitRO("/", hidden, false)
 		return nil, split
 	}
 	var dirs, files []string
@@ -190,7 +190,7 @@ func readOnlyRootWithoutDev(hidden []hiddenPath) ([]landlock.Rule, []pathGrant) 
 		}
 		p := "/" + e.Name()
 		if anyHiddenBelow(hidden, p) {
-			g, _ := splitRO(p, hidden)
+			g, _ := splitRO(p, hidden, false)
 			split = append(split, g...)
 			continue
 		}

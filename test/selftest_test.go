@@ -132,6 +132,7 @@ func TestSelftest(t *testing.T) {
 				args = append(args, "--json")
 			}
 			cmd := escCmd(t, r.u, false, dir, args...)
+			selftestBinOutsideTmp(t, cmd)
 			cmd.Env = append(cmd.Env, "HOME="+home, "NETPROXY_HOME="+npHome)
 			var out, errb bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errb
@@ -191,6 +192,39 @@ func TestSelftest(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// selftestBinOutsideTmp makes cmd run a copy of execwrap kept outside
+// /tmp. The battery re-executes /proc/self/exe inside the sandbox, and in
+// the namespaces tier a binary under the host's /tmp (escBins') lies
+// below the private /tmp mount, where the Landlock split of "/" around
+// the hidden paths grants nothing (the grant for /tmp names the tmpfs):
+// EACCES. Installed binaries do not live in /tmp; see docs/sandbox.md
+// "execwrap selftest".
+func selftestBinOutsideTmp(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	ew, _ := escBins(t)
+	d, err := os.MkdirTemp("/var/tmp", "execwrap-selftest-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	os.Chmod(d, 0o755)
+	b, err := os.ReadFile(ew)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(d, "execwrap"), b, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range cmd.Args {
+		if a == ew {
+			cmd.Args[i] = filepath.Join(d, "execwrap")
+		}
+	}
+	if cmd.Path == ew {
+		cmd.Path = filepath.Join(d, "execwrap")
 	}
 }
 

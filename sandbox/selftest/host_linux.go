@@ -170,8 +170,14 @@ func Prepare(o HostOptions) (*Host, error) {
 		}
 		h.fileCheck["fs.protected-git-config"] = []string{filepath.Join(o.Workspace, ".git", p.FileName("config"))}
 		h.fileCheck["fs.protected-git-hooks"] = []string{filepath.Join(o.Workspace, ".git", "hooks", p.FileName("hook"))}
+		scratch := filepath.Join(o.Workspace, p.FileName("scratch"))
+		if err := os.Mkdir(scratch, 0o755); err != nil {
+			h.Close()
+			return nil, fmt.Errorf("scratch folder for the setuid probes: %w", err)
+		}
+		p.Scratch = scratch
 		for _, n := range []string{"fs.setuid", "fs.setgid", "fs.setuid-open", "fs.file-caps"} {
-			h.modeCheck[n] = filepath.Join(o.Workspace, p.FileName(strings.TrimPrefix(n, "fs.")))
+			h.modeCheck[n] = filepath.Join(scratch, p.FileName(strings.TrimPrefix(n, "fs.")))
 		}
 	}
 	return h, nil
@@ -375,7 +381,8 @@ func hashFile(p string) (string, bool) {
 func (h *Host) Judge(got []Result) []Result {
 	// Let in-flight connections be recorded before the listeners close.
 	time.Sleep(200 * time.Millisecond)
-	h.Close()
+	h.stopListeners()
+	defer h.Close() // the scratch folder, once its files are judged
 	out := make([]Result, 0, len(got))
 	for _, r := range got {
 		if why := h.preErr[r.Name]; why != "" && r.Result != Escaped {
@@ -432,8 +439,15 @@ func (h *Host) hostEscape(r Result) string {
 	return strings.Join(ev, "; ")
 }
 
-// Close stops the listeners (idempotent).
+// Close stops the listeners and removes the scratch folder (idempotent).
 func (h *Host) Close() {
+	h.stopListeners()
+	if h.Plan.Scratch != "" {
+		os.RemoveAll(h.Plan.Scratch)
+	}
+}
+
+func (h *Host) stopListeners() {
 	h.mu.Lock()
 	cs := h.closers
 	h.closers = nil

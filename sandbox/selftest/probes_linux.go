@@ -848,14 +848,14 @@ func createIn(dir, name string) Result {
 	return escaped("created %s (removed again)", f)
 }
 
-// modeProbe creates a file in the workspace and sets a setuid/setgid bit
+// modeProbe creates a file in the workspace (its scratch folder) and sets a setuid/setgid bit
 // (with chmod, or in open's mode); the host stats it after the run.
 func modeProbe(mode uint32, viaOpen bool) probeFunc {
 	return func(ctx context.Context, p *Plan, name string) Result {
-		if p.Workspace == "" {
+		if p.Scratch == "" {
 			return failed("no workspace in the plan")
 		}
-		f := filepath.Join(p.Workspace, p.FileName(strings.TrimPrefix(name, "fs.")))
+		f := filepath.Join(p.Scratch, p.FileName(strings.TrimPrefix(name, "fs.")))
 		if viaOpen {
 			fd, err := unix.Open(f, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, mode)
 			if err != nil {
@@ -877,10 +877,10 @@ func modeProbe(mode uint32, viaOpen bool) probeFunc {
 // probeFileCaps sets security.capability (cap_net_raw, effective) on a new
 // workspace file; the host reads the attribute after the run.
 func probeFileCaps(ctx context.Context, p *Plan, name string) Result {
-	if p.Workspace == "" {
+	if p.Scratch == "" {
 		return failed("no workspace in the plan")
 	}
-	f := filepath.Join(p.Workspace, p.FileName("file-caps"))
+	f := filepath.Join(p.Scratch, p.FileName("file-caps"))
 	if err := os.WriteFile(f, []byte("#!/bin/sh\nid\n"), 0o755); err != nil {
 		return failed("create %s: %s", f, errText(err))
 	}
