@@ -169,46 +169,101 @@ type pathGrant struct {
 	Dir    bool
 }
 
-// splitGrant is the grant of access on root cut around the hidden paths:
-// unchanged when none lies below root; otherwise root keeps only along
-// (rights that read no file) and each entry gets access, except hidden
-// ones, symlinks (their targets have rules of their own) and those holding
-// a hidden path, which are split the same way. fileAccess masks the
-// rights of a non-directory entry. Landlock grants are inherited by a
-// whole hierarchy, so this is the only way to leave a hole in one.
-func splitGrant(root string, access, along, fileAccess uint64, hidden []hiddenPath, fsys hideFS) ([]pathGrant, error) {
-	if coveredBy(root, hidden) {
-		return nil, nil // hidden whole: no grant at all
-	}
-	var below []hiddenPath
-	for _, h := range hidden {
-		if within(h.Path, root) && h.Path != root {
-			below = append(below, h)
+// grantCuts are the holes a split leaves in a grant.
+type grantCuts struct {
+	// Hidden paths get no rule at all (SPEC §6.5).
+	Hidden []hiddenPath
+	// ReadOnly paths (the landlock tier's protected names, nested .git and
+	// their targets) keep only the grant's rights that write nothing.
+	ReadOnly []string
+}
+
+func (c grantCuts) empty() bool { return len(c.Hidden) == 0 && len(c.ReadOnly) == 0 }
+
+// below is what of c lies strictly below dir.
+func (c grantCuts) below(dir string) grantCuts {
+	var b grantCuts
+	for _, h := range c.Hidden {
+		if within(h.Path, dir) && h.Path != dir {
+			b.Hidden = append(b.Hidden, h)
 		}
 	}
-	if len(below) == 0 {
-		return []pathGrant{{Path: root, Access: access, Dir: true}}, nil
+	for _, p := range c.ReadOnly {
+		if within(p, dir) && p != dir {
+			b.ReadOnly = append(b.ReadOnly, p)
+		}
+	}
+	return b
+}
+
+// cutsAt reports whether something must be cut at p or below it.
+func (c grantCuts) cutsAt(p string) bool {
+	return anyHiddenBelow(c.Hidden, p) || anyWithin(c.ReadOnly, p)
+}
+
+// splitRights are the Landlock rights of a split grant.
+type splitRights struct {
+	Access uint64 // the grant
+	File   uint64 // the rights a non-directory entry can hold
+	// ReadsFiles are dropped from a folder on the way to a hidden path;
+	// Writes from a folder on the way to a read-only path and from the
+	// read-only path itself; Lists from a folder on the way to a hidden
+	// folder (its names would be listed through the inherited right; 0
+	// where a mount hides them anyway).
+	ReadsFiles, Writes, Lists uint64
+}
+
+// splitGrant is the grant of r.Access on root cut around cuts: unchanged
+// when nothing is cut below root; otherwise root keeps only the rights
+// that reach nothing cut (no file reads on the way to a hidden path, no
+// writes on the way to a read-only one) and each entry gets the grant,
+// except hidden ones, symlinks (their targets have rules of their own) and
+// those holding a cut path, which are split the same way; a read-only
+// entry gets the grant without r.Writes. Landlock grants are inherited by
+// a whole hierarchy, so this is the only way to leave a hole in one.
+func splitGrant(root string, r splitRights, cuts grantCuts, fsys hideFS) ([]pathGrant, error) {
+	if coveredBy(root, cuts.Hidden) {
+		return nil, nil // hidden whole: no grant at all
+	}
+	if underAny(root, cuts.ReadOnly) {
+		r.Access &^= r.Writes
+	}
+	below := cuts.below(root)
+	if below.empty() {
+		return []pathGrant{{Path: root, Access: r.Access, Dir: true}}, nil
+	}
+	along := r.Access
+	for _, h := range below.Hidden {
+		along &^= r.ReadsFiles
+		if h.Dir {
+			along &^= r.Lists
+		}
+	}
+	if len(below.ReadOnly) > 0 {
+		along &^= r.Writes
 	}
 	out := []pathGrant{{Path: root, Access: along, Dir: true}}
 	ents, err := fsys.ReadDir(root)
 	if err != nil {
-		// Unlistable: its entries get nothing (fail closed).
+		// Unlistable: its entries get nothing more (fail closed).
 		return out, nil
 	}
 	for _, e := range ents {
 		p := filepath.Join(root, e.Name())
 		switch {
-		case e.Type()&fs.ModeSymlink != 0, coveredBy(p, below):
-		case anyHiddenBelow(below, p):
-			more, err := splitGrant(p, access, along, fileAccess, below, fsys)
+		case e.Type()&fs.ModeSymlink != 0, coveredBy(p, below.Hidden):
+		case e.IsDir() && below.cutsAt(p):
+			more, err := splitGrant(p, r, below, fsys)
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, more...)
 		case e.IsDir():
-			out = append(out, pathGrant{Path: p, Access: access, Dir: true})
+			out = append(out, pathGrant{Path: p, Access: r.Access, Dir: true})
+		case anyEqual(below.ReadOnly, p):
+			out = append(out, pathGrant{Path: p, Access: r.Access &^ r.Writes & r.File})
 		default:
-			out = append(out, pathGrant{Path: p, Access: access & fileAccess})
+			out = append(out, pathGrant{Path: p, Access: r.Access & r.File})
 		}
 	}
 	return out, nil

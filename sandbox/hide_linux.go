@@ -114,19 +114,39 @@ const (
 	llFile = llsys.AccessFSExecute | llsys.AccessFSWriteFile | llsys.AccessFSReadFile | llsys.AccessFSTruncate | llsys.AccessFSIoctlDev
 )
 
+// roRights and rwRights are the rights of a split read-only and
+// read-write grant. A read-write grant is Landlock's RWDirs (REFER too, so
+// files move between the workspace's folders); what a protected path
+// keeps of it reads only. Both are the landlock tier's, where nothing but
+// Landlock hides a folder's names: a folder on the way to a hidden folder
+// cannot be listed either.
+var (
+	roRights = splitRights{Access: llRead, File: llFile, ReadsFiles: llReadFiles, Writes: llWrite | llsys.AccessFSRefer,
+		Lists: llsys.AccessFSReadDir}
+	rwRights = splitRights{Access: llRead | llWrite | llsys.AccessFSRefer | llsys.AccessFSIoctlDev, File: llFile,
+		ReadsFiles: llReadFiles, Writes: llWrite | llsys.AccessFSRefer, Lists: llsys.AccessFSReadDir}
+)
+
 // splitRO is splitGrant for a read-only grant: folders on the way to a
-// hidden path can be listed, nothing more.
-func splitRO(root string, hidden []hiddenPath) ([]pathGrant, error) {
-	return splitGrant(root, llRead, llsys.AccessFSReadDir, llFile, hidden, osHideFS())
+// hidden path can be listed (in the namespaces tier, mountsHide: the
+// hidden folders are empty mounts), nothing more.
+func splitRO(root string, hidden []hiddenPath, mountsHide bool) ([]pathGrant, error) {
+	r := roRights
+	if mountsHide {
+		r.Lists = 0
+	}
+	return splitGrant(root, r, grantCuts{Hidden: hidden}, osHideFS())
 }
 
 // splitRW is splitGrant for a read-write grant: folders on the way to a
 // hidden path keep every right but reading and executing files, so a
-// file made directly in such a folder during the run cannot be read back
-// (the price of Landlock's inherited grants; see docs/sandbox.md).
-func splitRW(root string, hidden []hiddenPath) ([]pathGrant, error) {
-	rw := uint64(llRead | llWrite)
-	return splitGrant(root, rw, rw&^llReadFiles, llFile, hidden, osHideFS())
+// file made directly in such a folder during the run cannot be read back;
+// folders on the way to a protected path, and the protected paths, keep
+// only the rights that write nothing, so nothing can be made, removed or
+// renamed in them (the price of Landlock's inherited grants; see
+// docs/sandbox.md §3 and §7.1).
+func splitRW(root string, cuts grantCuts) ([]pathGrant, error) {
+	return splitGrant(root, rwRights, cuts, osHideFS())
 }
 
 // handledFS is the file-system rights the ruleset handles at this ABI (the
@@ -182,17 +202,19 @@ func addGrants(rulesetFD int, grants []pathGrant, handled uint64) error {
 }
 
 // splitRWDirs returns the read-write folders granted whole and, with
-// SplitRW, the split grants of those holding a hidden path.
+// SplitRW, the split grants of those holding (or inside) a hidden or
+// read-only path.
 func (r landlockRules) splitRWDirs() (whole []string, split []pathGrant, err error) {
-	if !r.SplitRW || len(r.Hidden) == 0 {
+	cuts := grantCuts{Hidden: r.Hidden, ReadOnly: r.ReadOnly}
+	if !r.SplitRW || cuts.empty() {
 		return r.RWDirs, nil, nil
 	}
 	for _, d := range r.RWDirs {
-		if !anyHiddenBelow(r.Hidden, d) {
+		if !cuts.cutsAt(d) && !underAny(d, r.ReadOnly) {
 			whole = append(whole, d)
 			continue
 		}
-		g, err := splitRW(d, r.Hidden)
+		g, err := splitRW(d, cuts)
 		if err != nil {
 			return nil, nil, err
 		}

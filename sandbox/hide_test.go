@@ -79,8 +79,9 @@ func TestSplitGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	hidden := []hiddenPath{{r + "/c/secret", true}, {r + "/d/e/f/.netrc", false}}
-	const all, along, file = 0xff, 0x08, 0x0f
-	got, err := splitGrant(r, all, along, file, hidden, osHideFS())
+	const all, along, file = 0xff, 0xf7, 0x0f
+	rights := splitRights{Access: all, File: file, ReadsFiles: 0x08, Writes: 0x30}
+	got, err := splitGrant(r, rights, grantCuts{Hidden: hidden}, osHideFS())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,12 +91,62 @@ func TestSplitGrant(t *testing.T) {
 		{r + "/d", along, true}, {r + "/d/e", along, true}, {r + "/d/e/f", along, true}, {r + "/d/e/f/g", all & file, false},
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("splitGrant =\n%+v\nwant\n%+v\n(hidden paths and symlinks get no rule; folders on the way only `along`)", got, want)
+		t.Fatalf("splitGrant =\n%+v\nwant\n%+v\n(hidden paths and symlinks get no rule; folders on the way lose the file reads)", got, want)
 	}
-	if g, _ := splitGrant(r+"/a", all, along, file, hidden, osHideFS()); !reflect.DeepEqual(g, []pathGrant{{r + "/a", all, true}}) {
+	if g, _ := splitGrant(r+"/a", rights, grantCuts{Hidden: hidden}, osHideFS()); !reflect.DeepEqual(g, []pathGrant{{r + "/a", all, true}}) {
 		t.Fatalf("a grant with nothing hidden below changed: %+v", g)
 	}
-	if g, _ := splitGrant(r+"/c/secret", all, along, file, hidden, osHideFS()); g != nil {
+	if g, _ := splitGrant(r+"/c/secret", rights, grantCuts{Hidden: hidden}, osHideFS()); g != nil {
 		t.Fatalf("a hidden folder was granted: %+v", g)
+	}
+	// Landlock tier: a folder on the way to a hidden folder cannot be
+	// listed (the right would be inherited into it); on the way to a
+	// hidden file it can.
+	rights.Lists = 0x04
+	got, _ = splitGrant(r, rights, grantCuts{Hidden: hidden}, osHideFS())
+	for _, g := range got {
+		if lists := g.Access&0x04 != 0; (g.Path == r || g.Path == r+"/c") == lists {
+			t.Fatalf("%s: access %#x (lists %v)", g.Path, g.Access, lists)
+		}
+	}
+}
+
+// The landlock tier's protected paths: the root and every folder on the
+// way lose the writes, the protected paths keep only the reads, whether
+// they exist or not; hidden and read-only cuts combine.
+func TestSplitGrantReadOnly(t *testing.T) {
+	r := hideTree(t, ".git/config", "top.txt", "src/main.go", "sub/.git/config", "sub/pkg/x", ".repo/p/x.git/config", ".repo/m.xml", "s/.netrc", "s/.git/config", "s/ok")
+	const all, file, reads, writes = 0xff, 0x0f, 0x08, 0x30
+	rights := splitRights{Access: all, File: file, ReadsFiles: reads, Writes: writes}
+	cuts := grantCuts{
+		Hidden:   []hiddenPath{{r + "/s/.netrc", false}},
+		ReadOnly: []string{r + "/.git", r + "/.hg", r + "/sub/.git", r + "/.repo/p/x.git", r + "/s/.git", r + "/top.txt"},
+	}
+	got, err := splitGrant(r, rights, cuts, osHideFS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro := uint64(all &^ writes)
+	want := []pathGrant{
+		{r, ro &^ reads, true}, // on the way to s/.netrc too
+		{r + "/.git", ro, true},
+		{r + "/.repo", ro, true}, {r + "/.repo/m.xml", all & file, false}, {r + "/.repo/p", ro, true}, {r + "/.repo/p/x.git", ro, true},
+		{r + "/s", all &^ writes &^ reads, true}, {r + "/s/.git", ro, true}, {r + "/s/ok", all & file, false},
+		{r + "/src", all, true},
+		{r + "/sub", ro, true}, {r + "/sub/.git", ro, true}, {r + "/sub/pkg", all, true},
+		{r + "/top.txt", ro & file, false},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("splitGrant =\n%+v\nwant\n%+v", got, want)
+	}
+	// A root inside a protected path is read-only whole.
+	if g, _ := splitGrant(r+"/.git", rights, cuts, osHideFS()); !reflect.DeepEqual(g, []pathGrant{{r + "/.git", ro, true}}) {
+		t.Fatalf("a grant inside a protected path: %+v", g)
+	}
+	// Unlistable root: nothing below it is granted more than the root.
+	fsys := osHideFS()
+	fsys.ReadDir = func(string) ([]os.DirEntry, error) { return nil, os.ErrPermission }
+	if g, _ := splitGrant(r, rights, cuts, fsys); !reflect.DeepEqual(g, []pathGrant{{r, ro &^ reads, true}}) {
+		t.Fatalf("an unlistable root: %+v", g)
 	}
 }

@@ -147,7 +147,15 @@ func initRun(ctl int, cfg *initConfig, cgroupProcs []int) (int, error) {
 	if cfg.Tier == TierNamespaces {
 		ll.RWDirs = append(ll.RWDirs, "/tmp", "/run", "/dev/shm")
 	} else {
-		ll.RWDirs = append(ll.RWDirs, cfg.PrivateTmp)
+		// The writable roots keep .git & co. read-only (llprotect_linux.go),
+		// listed with the command's own credentials; the private TMPDIR
+		// is no workspace and stays writable whole.
+		roots, protected, n, err := landlockProtection(rw, cfg.ProtectedNames)
+		if err != nil {
+			return 0, stepErr("git_scan", err)
+		}
+		notes = append(notes, n...)
+		ll.RWDirs, ll.ReadOnly = append(roots, cfg.PrivateTmp), protected
 		ll.HandleNet, ll.ConnectPorts, ll.Required, ll.MinABI = true, cfg.ConnectPorts, true, 4
 		// No private /dev here: Landlock grants only the usual nodes and
 		// the command's own pty, never the host's other terminals.

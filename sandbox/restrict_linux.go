@@ -100,9 +100,12 @@ type landlockRules struct {
 	OwnPTY  string
 	// Hidden are paths no rule may cover (SPEC §6.5): the grants are split
 	// around them (hide_linux.go). SplitRW splits the read-write grants
-	// too (the landlock tier, which has no mounts to hide them).
-	Hidden  []hiddenPath
-	SplitRW bool
+	// too (the landlock tier, which has no mounts to hide them), also
+	// around ReadOnly: the paths it protects in the writable roots
+	// (llprotect_linux.go).
+	Hidden   []hiddenPath
+	ReadOnly []string
+	SplitRW  bool
 }
 
 // applyLandlock restricts this thread. It returns the ABI in force (0 when
@@ -140,7 +143,7 @@ func applyLandlock(r landlockRules) (int, error) {
 		}
 	} else {
 		// The namespaces tier's /dev is its own (pts a new instance).
-		roSplit, err := splitRO("/", r.Hidden)
+		roSplit, err := splitRO("/", r.Hidden, true)
 		if err != nil {
 			return abi, err
 		}
@@ -176,7 +179,7 @@ func readOnlyRootWithoutDev(hidden []hiddenPath) ([]landlock.Rule, []pathGrant) 
 	ents, err := os.ReadDir("/")
 	if err != nil {
 		// Cannot list: the whole root, split around the hidden paths.
-		split, _ := splitRO("/", hidden)
+		split, _ := splitRO("/", hidden, false)
 		return nil, split
 	}
 	var dirs, files []string
@@ -187,7 +190,7 @@ func readOnlyRootWithoutDev(hidden []hiddenPath) ([]landlock.Rule, []pathGrant) 
 		}
 		p := "/" + e.Name()
 		if anyHiddenBelow(hidden, p) {
-			g, _ := splitRO(p, hidden)
+			g, _ := splitRO(p, hidden, false)
 			split = append(split, g...)
 			continue
 		}

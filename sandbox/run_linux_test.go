@@ -96,8 +96,13 @@ func denyForTest(landlockToo bool) error {
 func TestSandboxAutoDegrades(t *testing.T) {
 	if os.Getenv("SANDBOX_TEST_DENY") != "" {
 		wd := workdir(t)
+		// A subfolder: the landlock tier makes nothing new at the
+		// workdir's top.
+		if err := os.Mkdir(filepath.Join(wd, "sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		var out bytes.Buffer
-		res, err := Run(context.Background(), Spec{Cwd: wd, Argv: sh("touch in && touch /etc/execwrap-degraded"), Kind: KindWorkspaceWrite,
+		res, err := Run(context.Background(), Spec{Cwd: wd, Argv: sh("touch sub/in && touch /etc/execwrap-degraded"), Kind: KindWorkspaceWrite,
 			Network: NetworkNone, Tier: TierAuto, Stderr: &out, Env: []string{"PATH=/usr/bin:/bin"}, Timeout: 10 * time.Second})
 		switch os.Getenv("SANDBOX_TEST_DENY") {
 		case "userns":
@@ -107,8 +112,11 @@ func TestSandboxAutoDegrades(t *testing.T) {
 			if res.Tier != TierLandlock || len(res.Signals) == 0 || !strings.HasPrefix(res.Signals[0], "degraded:") {
 				t.Fatalf("tier %s signals %v", res.Tier, res.Signals)
 			}
-			if res.ExitCode == 0 || !strings.Contains(out.String(), "Permission denied") {
+			if res.ExitCode == 0 || !strings.Contains(out.String(), "/etc/execwrap-degraded") || !strings.Contains(out.String(), "Permission denied") {
 				t.Fatalf("degraded tier let /etc be written: exit %d %s", res.ExitCode, out.String())
+			}
+			if _, serr := os.Stat(filepath.Join(wd, "sub", "in")); serr != nil {
+				t.Fatalf("degraded tier: the workdir's subfolder was not writable: %v", serr)
 			}
 			fmt.Println("DEGRADED-OK", res.Signals[0])
 		case "userns+landlock":
@@ -116,7 +124,7 @@ func TestSandboxAutoDegrades(t *testing.T) {
 			if !errors.As(err, &ue) || !strings.Contains(err.Error(), "CLONE_NEWUSER") || !strings.Contains(err.Error(), "Landlock ABI 0") {
 				t.Fatalf("want a fail-closed UnavailableError naming both causes, got %v", err)
 			}
-			if _, serr := os.Stat(filepath.Join(wd, "in")); serr == nil {
+			if _, serr := os.Stat(filepath.Join(wd, "sub", "in")); serr == nil {
 				t.Fatal("the command ran without any sandbox")
 			}
 			fmt.Println("UNAVAILABLE-OK", err)
@@ -352,16 +360,21 @@ func TestSandboxTimeoutKillsGrandchildren(t *testing.T) {
 				skipOffCI(t, "landlock ABI %d < 4: the landlock tier is unavailable here (doctor reports it)", LandlockABI())
 			}
 			wd := workdir(t)
+			// In a subfolder: the landlock tier makes nothing new at a
+			// writable root's top (it protects .git & co. there).
+			if err := os.Mkdir(filepath.Join(wd, "work"), 0o755); err != nil {
+				t.Fatal(err)
+			}
 			start := time.Now()
 			r := sandboxRun(t, Spec{Cwd: wd, Tier: tier, Timeout: 3 * time.Second, Argv: sh(
-				`(sh -c 'while :; do date +%s%N > tick.new; mv -f tick.new tick; sleep 0.02; done' &) ; while [ ! -s tick ]; do sleep 0.01; done; sleep 30`)})
+				`(sh -c 'while :; do date +%s%N > work/tick.new; mv -f work/tick.new work/tick; sleep 0.02; done' &) ; while [ ! -s work/tick ]; do sleep 0.01; done; sleep 30`)})
 			if !r.TimedOut || r.ExitCode != TimeoutExitCode {
 				t.Fatalf("timed_out %v exit %d", r.TimedOut, r.ExitCode)
 			}
 			if time.Since(start) > 5*time.Second {
 				t.Fatalf("the timeout took %v", time.Since(start))
 			}
-			assertTickStops(t, filepath.Join(wd, "tick"))
+			assertTickStops(t, filepath.Join(wd, "work", "tick"))
 		})
 	}
 }
@@ -488,15 +501,24 @@ func TestSandboxLandlockTierFilesystem(t *testing.T) {
 		skipOffCI(t, "landlock ABI %d < 4", LandlockABI())
 	}
 	wd := workdir(t)
+	if err := os.Mkdir(filepath.Join(wd, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The workdir's own folder is read-only in this tier (it protects
+	// .git & co.); its subfolders are writable.
 	r := sandboxRun(t, Spec{Cwd: wd, Tier: TierLandlock, Argv: sh(`
-echo ok > in.txt || exit 4
+echo ok > sub/in.txt || exit 4
 touch /etc/execwrap-ll 2>/dev/null && exit 5
 touch "$TMPDIR/t" || exit 6
 curl -sS -m 3 http://1.1.1.1/ >/dev/null 2>&1 && exit 7
+touch top.txt 2>/dev/null && exit 8
 exit 0`)})
 	if r.ExitCode != 0 {
 		os.Remove("/etc/execwrap-ll")
-		t.Fatalf("exit %d (4 workdir, 5 /etc writable, 6 private TMPDIR, 7 egress), stderr %s", r.ExitCode, r.Stderr)
+		t.Fatalf("exit %d (4 workdir subfolder, 5 /etc writable, 6 private TMPDIR, 7 egress, 8 new entry at the workdir's top), stderr %s", r.ExitCode, r.Stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(wd, "sub", "in.txt")); err != nil || string(b) != "ok\n" {
+		t.Fatalf("sub/in.txt on the host: %q %v", b, err)
 	}
 	if r.Tier != TierLandlock {
 		t.Fatalf("tier %s", r.Tier)

@@ -398,7 +398,16 @@ func TestSandboxEscapeSetuidPlant(t *testing.T) {
 	for _, tc := range escTierUsers(t) {
 		tier, u := tc.tier, tc.u
 		t.Run(tier+"/"+string(u), func(t *testing.T) {
-			dir := escDir(t, u)
+			// The plant happens in a subfolder of the workspace: the
+			// landlock tier makes nothing new at a writable root's top.
+			ws := escDir(t, u)
+			dir := filepath.Join(ws, "plant")
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if u == asNobody {
+				os.Chown(dir, 65534, 65534)
+			}
 			buildC(t, dir, "p-probe", plantProbeC)
 			os.WriteFile(filepath.Join(dir, "suid.c"), []byte("#include <stdio.h>\n#include <unistd.h>\nint main(void){printf(\"euid=%d\\n\", (int)geteuid());return 0;}\n"), 0o644)
 			writeSetuidTar(t, filepath.Join(dir, "plant.tar"))
@@ -418,7 +427,7 @@ func TestSandboxEscapeSetuidPlant(t *testing.T) {
 					os.Chown(filepath.Join(dir, n), 65534, 65534)
 				}
 			}
-			r, code, stderr := escRun(t, u, false, dir, nil, "--tier", tier, "--network", "none", "--", "sh", "./plant.sh")
+			r, code, stderr := escRun(t, u, false, ws, nil, "--tier", tier, "--network", "none", "--", "sh", "-c", "cd plant && sh ./plant.sh")
 			if code != 0 {
 				t.Fatalf("exit %d: %s %s %s", code, r.Stdout, r.Stderr, stderr)
 			}

@@ -467,18 +467,22 @@ print "$r\n";`, up.Port))
 // left the process group and session (setsid).
 func TestSandboxEscapeLandlockTimeoutSetsid(t *testing.T) {
 	dir := sbxDir(t)
+	// A subfolder: the landlock tier makes nothing new at the workdir's top.
+	if err := os.Mkdir(filepath.Join(dir, "work"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	r, code, _ := sbxRun(t, os.Environ(), dir, "--tier", "landlock", "--network", "none", "--timeout", "2s", "--", "sh", "-c",
-		`setsid sh -c 'while :; do date +%s%N > tick.new; mv -f tick.new tick; sleep 0.02; done' </dev/null >/dev/null 2>&1 & while [ ! -s tick ]; do sleep 0.01; done; sleep 60`)
+		`setsid sh -c 'while :; do date +%s%N > work/tick.new; mv -f work/tick.new work/tick; sleep 0.02; done' </dev/null >/dev/null 2>&1 & while [ ! -s work/tick ]; do sleep 0.01; done; sleep 60`)
 	if !r.TimedOut || code != 124 {
 		t.Fatalf("timed_out %v exit %d", r.TimedOut, code)
 	}
 	if time.Since(start) > 15*time.Second {
 		t.Fatalf("took %v", time.Since(start))
 	}
-	b1, _ := os.ReadFile(filepath.Join(dir, "tick"))
+	b1, _ := os.ReadFile(filepath.Join(dir, "work", "tick"))
 	time.Sleep(500 * time.Millisecond)
-	b2, _ := os.ReadFile(filepath.Join(dir, "tick"))
+	b2, _ := os.ReadFile(filepath.Join(dir, "work", "tick"))
 	if len(b1) == 0 || !bytes.Equal(b1, b2) {
 		t.Fatalf("setsid grandchild ran=%v and survived the timeout=%v", len(b1) > 0, !bytes.Equal(b1, b2))
 	}
@@ -495,12 +499,17 @@ func TestSandboxEscapeBridgeLendsIdentity(t *testing.T) {
 			p := StartProxy(t, cfg)
 			up := StartUpstream(t, false)
 			dir := sbxDir(t)
+			// A subfolder: the landlock tier makes nothing new at the
+			// workdir's top.
+			if err := os.Mkdir(filepath.Join(dir, "work"), 0o755); err != nil {
+				t.Fatal(err)
+			}
 			args := append(append([]string{"--control", p.Control, "--network", "proxied"}, mode...), "--", "sh", "-c",
-				`echo "$HTTP_PROXY" > proxy.url; while [ ! -e go ]; do sleep 0.02; done; curl -sS -m 10 `+up.URL("up.test", "/hello"))
+				`echo "$HTTP_PROXY" > work/proxy.url; while [ ! -e work/go ]; do sleep 0.02; done; curl -sS -m 10 `+up.URL("up.test", "/hello"))
 			ch := sbxRunAsync(t, p.Env(), dir, args...)
 			var proxyURL string
 			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				if b, _ := os.ReadFile(filepath.Join(dir, "proxy.url")); len(bytes.TrimSpace(b)) > 0 {
+				if b, _ := os.ReadFile(filepath.Join(dir, "work", "proxy.url")); len(bytes.TrimSpace(b)) > 0 {
 					proxyURL = strings.TrimSpace(string(b))
 					break
 				}
@@ -511,7 +520,7 @@ func TestSandboxEscapeBridgeLendsIdentity(t *testing.T) {
 			// An unrelated host process (curl started by the test).
 			out, err := exec.Command("curl", "-sS", "-m", "5", "--proxy", proxyURL, up.URL("up.test", "/hello")).CombinedOutput()
 			outsider := err == nil && strings.Contains(string(out), Hello)
-			os.WriteFile(filepath.Join(dir, "go"), nil, 0o644)
+			os.WriteFile(filepath.Join(dir, "work", "go"), nil, 0o644)
 			got := sbxAwait(t, ch)
 			if outsider {
 				t.Fatalf("an unrelated host process used the execution's bridge: %s", out)

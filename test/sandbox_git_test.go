@@ -114,11 +114,17 @@ func TestSandboxGitPlantedSubmoduleDrivers(t *testing.T) {
 				}
 				out := etOutside(t)
 				markF, markT := filepath.Join(out, "filter-ran"), filepath.Join(out, "textconv-ran")
-				attack := `cp -r .git/modules/sub planted 2>&1
-git config -f planted/config --unset core.worktree
-git config -f planted/config filter.evil.clean "touch ` + markF + `; cat"
-git config -f planted/config diff.x.textconv "touch ` + markT + `; cat"
-printf 'gitdir: ../planted\n' > sub/.git
+				// The git dir is planted in a subfolder: the landlock tier
+				// makes nothing new at the workdir's top.
+				if err := os.Mkdir(filepath.Join(dir, "work"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				chownTree(t, u, filepath.Join(dir, "work"))
+				attack := `cp -r .git/modules/sub work/planted 2>&1
+git config -f work/planted/config --unset core.worktree
+git config -f work/planted/config filter.evil.clean "touch ` + markF + `; cat"
+git config -f work/planted/config diff.x.textconv "touch ` + markT + `; cat"
+printf 'gitdir: ../work/planted\n' > sub/.git
 printf '* filter=evil diff=x\n' > sub/.gitattributes
 touch sub/t.txt; echo more >> sub/s.txt; exit 0`
 				ra, _, _ := escRun(t, u, false, dir, nil, "--tier", tier, "--network", "none", "--", "sh", "-c", attack)
@@ -128,9 +134,10 @@ touch sub/t.txt; echo more >> sub/s.txt; exit 0`
 					t.Fatalf("git status ran the planted clean filter (attempts %+v, stdout %q, stderr %q)", r.Attempts, r.Stdout, r.Stderr)
 				}
 				t.Logf("status: %+v %q %q", r.Attempts, r.Stdout, r.Stderr)
-				if u == asRoot && tier == "landlock" && !slicesContainsPrefix(r.Sandbox.Signals, "git_bypass_refused:") {
-					// The landlock tier cannot stop the plant: the bypass must go.
-					t.Fatalf("planted submodule config: bypass not refused (signals %v)", r.Sandbox.Signals)
+				if b, _ := os.ReadFile(filepath.Join(dir, "sub", ".git")); !strings.HasPrefix(string(b), "gitdir: ../.git/modules/sub") {
+					// Both tiers keep a nested .git read-only (the landlock
+					// tier by its grant split).
+					t.Fatalf("sub/.git was retargeted in the sandbox: %q", b)
 				}
 				r = runGitBypass(t, u, dir, `["git","diff"]`, "git diff --submodule=diff")
 				if _, err := os.Stat(markT); err == nil {

@@ -53,11 +53,13 @@ func runSelftest(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		writable = append([]string{inv.Cwd}, writable...)
 	}
 	npAddrs, npErr := netproxyListeners(ro.control)
+	npSecrets, npSecretsErr := netproxySecretPaths(ro.control)
 	home, _ := os.UserHomeDir()
 	host, err := selftest.Prepare(selftest.HostOptions{
 		Network: ro.network, Workspace: inv.BaseCwd, Writable: writable, Home: home,
 		NetproxyHome: config.HomeDir(), Control: ro.control,
 		Netproxy: npAddrs, NetproxyErr: npErr, ProbeHost: probeHost,
+		NetproxySecrets: npSecrets, NetproxySecretsErr: npSecretsErr, DenyRead: ro.denyRead,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "execwrap selftest: %v\n", err)
@@ -168,6 +170,19 @@ func netproxyListeners(sock string) ([]string, string) {
 		return nil, fmt.Sprintf("netproxy (pid %d) holds no listening TCP socket", cred.Pid)
 	}
 	return selftest.NetproxyAddrs(bound), ""
+}
+
+// netproxySecretPaths asks netproxy which paths hold its secrets, as
+// `run` does (secrets.go), so the battery can try to read each; the reason
+// is returned when they cannot be known.
+func netproxySecretPaths(sock string) ([]string, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), netctl.QuickTimeout)
+	defer cancel()
+	paths, err := netctl.New(sock).SecretPaths(ctx)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return paths, ""
 }
 
 func tail(b []byte, n int) string {

@@ -31,7 +31,13 @@ type HostOptions struct {
 	// NetproxyErr says why they are unknown.
 	Netproxy    []string
 	NetproxyErr string
-	ProbeHost   string
+	// NetproxySecrets are the paths netproxy reported over the control
+	// socket (GET /v1/secret-paths); NetproxySecretsErr says why there
+	// are none. DenyRead are the run's --deny-read paths.
+	NetproxySecrets    []string
+	NetproxySecretsErr string
+	DenyRead           []string
+	ProbeHost          string
 }
 
 // secretPaths are the SPEC §6.5 paths per probe, relative to $HOME
@@ -79,7 +85,7 @@ func Prepare(o HostOptions) (*Host, error) {
 		Plan: Plan{
 			Nonce: hex.EncodeToString(nonce), Network: o.Network, Workspace: o.Workspace,
 			Home: o.Home, Targets: map[string][]string{}, Control: o.Control, ProbeHost: o.ProbeHost,
-			Secrets: map[string]SecretTarget{}, Skip: map[string]string{},
+			Secrets: map[string][]SecretTarget{}, Skip: map[string]string{},
 		},
 		hits: map[string][]string{}, secrets: map[string]secretTruth{}, preErr: map[string]string{},
 		fileCheck: map[string][]string{}, modeCheck: map[string]string{},
@@ -105,14 +111,41 @@ func Prepare(o HostOptions) (*Host, error) {
 		p.Skip["tls.sni-fronting"] = "give --probe-host HOST:PORT (a name netproxy allows) to probe SNI fronting (SPEC §3.11)"
 	}
 	// Secrets.
-	h.secret("fs.secret-netproxy-home", o.NetproxyHome, true)
-	h.secret("fs.secret-admin-token", filepath.Join(o.NetproxyHome, "admin-token"), false)
+	h.secret("fs.secret-netproxy-home", []string{o.NetproxyHome}, true)
+	h.secret("fs.secret-admin-token", []string{filepath.Join(o.NetproxyHome, "admin-token")}, false)
 	for name, rel := range secretPaths {
 		path := ""
 		if o.Home != "" {
 			path = filepath.Join(o.Home, rel)
 		}
-		h.secret(name, path, false)
+		h.secret(name, []string{path}, false)
+	}
+	// A folder that holds a writable root is hidden around it (its names
+	// stay listable): only the paths that hold none are probed.
+	var npSecrets []string
+	for _, s := range o.NetproxySecrets {
+		if !anyWithin(o.Writable, s) {
+			npSecrets = append(npSecrets, s)
+		}
+	}
+	switch {
+	case len(npSecrets) > 0:
+		h.secret("fs.secret-netproxy-paths", npSecrets, false)
+	case o.NetproxySecretsErr != "":
+		p.Skip["fs.secret-netproxy-paths"] = "netproxy's secret paths are unknown: " + o.NetproxySecretsErr
+	default:
+		p.Skip["fs.secret-netproxy-paths"] = "netproxy reported no secret path"
+	}
+	var denyRead []string
+	for _, d := range o.DenyRead {
+		if !anyWithin(o.Writable, d) {
+			denyRead = append(denyRead, d)
+		}
+	}
+	if len(denyRead) > 0 {
+		h.secret("fs.secret-deny-read", denyRead, false)
+	} else {
+		p.Skip["fs.secret-deny-read"] = "no --deny-read given"
 	}
 	// Writes outside the writable roots, checked on the host after the run.
 	for name, dir := range map[string]string{"fs.write-etc": "/etc", "fs.write-tmp": "/tmp", "fs.write-home": o.Home} {
@@ -137,8 +170,14 @@ func Prepare(o HostOptions) (*Host, error) {
 		}
 		h.fileCheck["fs.protected-git-config"] = []string{filepath.Join(o.Workspace, ".git", p.FileName("config"))}
 		h.fileCheck["fs.protected-git-hooks"] = []string{filepath.Join(o.Workspace, ".git", "hooks", p.FileName("hook"))}
+		scratch := filepath.Join(o.Workspace, p.FileName("scratch"))
+		if err := os.Mkdir(scratch, 0o755); err != nil {
+			h.Close()
+			return nil, fmt.Errorf("scratch folder for the setuid probes: %w", err)
+		}
+		p.Scratch = scratch
 		for _, n := range []string{"fs.setuid", "fs.setgid", "fs.setuid-open", "fs.file-caps"} {
-			h.modeCheck[n] = filepath.Join(o.Workspace, p.FileName(strings.TrimPrefix(n, "fs.")))
+			h.modeCheck[n] = filepath.Join(scratch, p.FileName(strings.TrimPrefix(n, "fs.")))
 		}
 	}
 	return h, nil
@@ -253,57 +292,79 @@ func (h *Host) listen(probe, proto string, a netip.Addr) (string, error) {
 	return l.Addr().String(), nil
 }
 
-// secret records a host secret the caller can read, or skips the probe.
-func (h *Host) secret(probe, path string, dirOnly bool) {
+// secret records the host secrets at paths that the caller can read, or
+// skips the probe when there are none. A socket, a FIFO or a device is not
+// read (it has no bytes to compare).
+func (h *Host) secret(probe string, paths []string, dirOnly bool) {
 	p := &h.Plan
-	if path == "" {
-		p.Skip[probe] = "no HOME"
-		return
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		p.Skip[probe] = "nothing at " + path + " on this host"
-		return
-	}
 	truth := secretTruth{hashes: map[string]string{}, names: map[string]bool{}}
-	st := SecretTarget{Path: path, Dir: fi.IsDir()}
-	if !fi.IsDir() {
-		if dirOnly {
-			p.Skip[probe] = path + " is not a folder"
-			return
+	var targets []SecretTarget
+	var why []string
+	for _, path := range paths {
+		if path == "" {
+			why = append(why, "no HOME")
+			continue
 		}
-		if sum, ok := hashFile(path); ok {
-			truth.hashes[path] = sum
+		fi, err := os.Stat(path)
+		if err != nil {
+			why = append(why, "nothing at "+path+" on this host")
+			continue
 		}
-	} else {
-		if ents, err := os.ReadDir(path); err == nil {
-			for _, e := range ents {
-				truth.names[e.Name()] = true
+		st := SecretTarget{Path: path, Dir: fi.IsDir()}
+		switch {
+		case !fi.IsDir() && dirOnly:
+			why = append(why, path+" is not a folder")
+			continue
+		case fi.Mode().IsRegular():
+			if sum, ok := hashFile(path); ok {
+				truth.hashes[path] = sum
 			}
-		}
-		// Up to 32 readable regular files, three levels deep.
-		filepath.WalkDir(path, func(f string, d fs.DirEntry, err error) error {
-			if err != nil || len(st.Files) >= 32 {
-				return filepath.SkipDir
-			}
-			if d.IsDir() && strings.Count(strings.TrimPrefix(f, path), "/") >= 3 {
-				return filepath.SkipDir
-			}
-			if d.Type().IsRegular() {
-				if sum, ok := hashFile(f); ok {
-					truth.hashes[f] = sum
-					st.Files = append(st.Files, f)
+		case fi.IsDir():
+			if ents, err := os.ReadDir(path); err == nil {
+				for _, e := range ents {
+					truth.names[e.Name()] = true
 				}
 			}
-			return nil
-		})
+			// Up to 32 readable regular files, three levels deep.
+			filepath.WalkDir(path, func(f string, d fs.DirEntry, err error) error {
+				if err != nil || len(st.Files) >= 32 {
+					return filepath.SkipDir
+				}
+				if d.IsDir() && strings.Count(strings.TrimPrefix(f, path), "/") >= 3 {
+					return filepath.SkipDir
+				}
+				if d.Type().IsRegular() {
+					if sum, ok := hashFile(f); ok {
+						truth.hashes[f] = sum
+						st.Files = append(st.Files, f)
+					}
+				}
+				return nil
+			})
+		default:
+			continue
+		}
+		targets = append(targets, st)
 	}
 	if len(truth.hashes) == 0 && len(truth.names) == 0 {
-		p.Skip[probe] = path + " has nothing you can read on the host either"
+		if len(why) == 0 {
+			why = []string{strings.Join(paths, ", ") + " has nothing you can read on the host either"}
+		}
+		p.Skip[probe] = strings.Join(why, "; ")
 		return
 	}
-	p.Secrets[probe] = st
+	p.Secrets[probe] = targets
 	h.secrets[probe] = truth
+}
+
+// anyWithin reports whether some path of ps is root or below it.
+func anyWithin(ps []string, root string) bool {
+	for _, p := range ps {
+		if sandbox.UnderAny(p, []string{root}) {
+			return true
+		}
+	}
+	return false
 }
 
 func hashFile(p string) (string, bool) {
@@ -320,7 +381,8 @@ func hashFile(p string) (string, bool) {
 func (h *Host) Judge(got []Result) []Result {
 	// Let in-flight connections be recorded before the listeners close.
 	time.Sleep(200 * time.Millisecond)
-	h.Close()
+	h.stopListeners()
+	defer h.Close() // the scratch folder, once its files are judged
 	out := make([]Result, 0, len(got))
 	for _, r := range got {
 		if why := h.preErr[r.Name]; why != "" && r.Result != Escaped {
@@ -377,8 +439,15 @@ func (h *Host) hostEscape(r Result) string {
 	return strings.Join(ev, "; ")
 }
 
-// Close stops the listeners (idempotent).
+// Close stops the listeners and removes the scratch folder (idempotent).
 func (h *Host) Close() {
+	h.stopListeners()
+	if h.Plan.Scratch != "" {
+		os.RemoveAll(h.Plan.Scratch)
+	}
+}
+
+func (h *Host) stopListeners() {
 	h.mu.Lock()
 	cs := h.closers
 	h.closers = nil

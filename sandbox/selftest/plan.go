@@ -10,7 +10,11 @@ type Plan struct {
 	// Workspace is the writable root shared with the host where the
 	// protected-path and setuid probes write ("" when none is writable).
 	Workspace string `json:"workspace,omitempty"`
-	Home      string `json:"home,omitempty"`
+	// Scratch is a folder the host made in the workspace for the setuid
+	// probes' files (the landlock tier makes nothing new at a writable
+	// root's top) and removes after the run.
+	Scratch string `json:"scratch,omitempty"`
+	Home    string `json:"home,omitempty"`
 	// Targets are host addresses (host:port) per network probe; the host
 	// listens on each and counts what arrives. A loopback spelling probe
 	// names its listener's port through the proxy.
@@ -19,8 +23,9 @@ type Plan struct {
 	// them; Control is its control socket.
 	Netproxy []string `json:"netproxy,omitempty"`
 	Control  string   `json:"control,omitempty"`
-	// Secrets per probe: a host path the caller can read.
-	Secrets map[string]SecretTarget `json:"secrets,omitempty"`
+	// Secrets per probe: the host paths the caller can read (one, or
+	// every path of netproxy's list or of --deny-read).
+	Secrets map[string][]SecretTarget `json:"secrets,omitempty"`
 	// ProbeHost is an allowed HOST:PORT for the SNI fronting probe.
 	ProbeHost string `json:"probe_host,omitempty"`
 	// Skip names the probes that do not apply, with the reason.

@@ -723,36 +723,38 @@ func (c *countConn) Read(b []byte) (int, error) {
 
 // ---- files ----
 
-// probeSecret reads a host secret: the host compares the hashes and names.
+// probeSecret reads host secrets: the host compares the hashes and names.
 func probeSecret(ctx context.Context, p *Plan, name string) Result {
-	s, ok := p.Secrets[name]
-	if !ok {
+	ts, ok := p.Secrets[name]
+	if !ok || len(ts) == 0 {
 		return failed("no path in the plan")
 	}
 	r := Result{Hashes: map[string]string{}}
 	var ev []string
-	files := s.Files
-	if !s.Dir {
-		files = []string{s.Path}
-	} else if ents, err := os.ReadDir(s.Path); err != nil {
-		ev = append(ev, "list "+s.Path+": "+errText(err))
-	} else {
-		for _, e := range ents {
-			r.Names = append(r.Names, e.Name())
+	for _, s := range ts {
+		files := s.Files
+		if !s.Dir {
+			files = []string{s.Path}
+		} else if ents, err := os.ReadDir(s.Path); err != nil {
+			ev = append(ev, "list "+s.Path+": "+errText(err))
+		} else {
+			for _, e := range ents {
+				r.Names = append(r.Names, e.Name())
+			}
+			ev = append(ev, fmt.Sprintf("list %s: %d entries", s.Path, len(ents)))
 		}
-		ev = append(ev, fmt.Sprintf("list %s: %d entries", s.Path, len(ents)))
-	}
-	for _, f := range files {
-		b, err := readLimited(f)
-		switch {
-		case err != nil:
-			ev = append(ev, "read "+f+": "+errText(err))
-		case len(b) == 0:
-			ev = append(ev, "read "+f+": empty")
-		default:
-			sum := sha256.Sum256(b)
-			r.Hashes[f] = hex.EncodeToString(sum[:])
-			ev = append(ev, fmt.Sprintf("read %s: %d bytes", f, len(b)))
+		for _, f := range files {
+			b, err := readLimited(f)
+			switch {
+			case err != nil:
+				ev = append(ev, "read "+f+": "+errText(err))
+			case len(b) == 0:
+				ev = append(ev, "read "+f+": empty")
+			default:
+				sum := sha256.Sum256(b)
+				r.Hashes[f] = hex.EncodeToString(sum[:])
+				ev = append(ev, fmt.Sprintf("read %s: %d bytes", f, len(b)))
+			}
 		}
 	}
 	r.Result, r.Evidence = Held, strings.Join(ev, "; ")
@@ -846,14 +848,14 @@ func createIn(dir, name string) Result {
 	return escaped("created %s (removed again)", f)
 }
 
-// modeProbe creates a file in the workspace and sets a setuid/setgid bit
+// modeProbe creates a file in the workspace (its scratch folder) and sets a setuid/setgid bit
 // (with chmod, or in open's mode); the host stats it after the run.
 func modeProbe(mode uint32, viaOpen bool) probeFunc {
 	return func(ctx context.Context, p *Plan, name string) Result {
-		if p.Workspace == "" {
+		if p.Scratch == "" {
 			return failed("no workspace in the plan")
 		}
-		f := filepath.Join(p.Workspace, p.FileName(strings.TrimPrefix(name, "fs.")))
+		f := filepath.Join(p.Scratch, p.FileName(strings.TrimPrefix(name, "fs.")))
 		if viaOpen {
 			fd, err := unix.Open(f, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, mode)
 			if err != nil {
@@ -875,10 +877,10 @@ func modeProbe(mode uint32, viaOpen bool) probeFunc {
 // probeFileCaps sets security.capability (cap_net_raw, effective) on a new
 // workspace file; the host reads the attribute after the run.
 func probeFileCaps(ctx context.Context, p *Plan, name string) Result {
-	if p.Workspace == "" {
+	if p.Scratch == "" {
 		return failed("no workspace in the plan")
 	}
-	f := filepath.Join(p.Workspace, p.FileName("file-caps"))
+	f := filepath.Join(p.Scratch, p.FileName("file-caps"))
 	if err := os.WriteFile(f, []byte("#!/bin/sh\nid\n"), 0o755); err != nil {
 		return failed("create %s: %s", f, errText(err))
 	}

@@ -63,6 +63,7 @@ var Names = []string{
 	"fs.secret-netproxy-home", "fs.secret-admin-token", "fs.secret-ssh", "fs.secret-aws",
 	"fs.secret-gcloud", "fs.secret-azure", "fs.secret-kube", "fs.secret-docker-config",
 	"fs.secret-gnupg", "fs.secret-netrc", "fs.secret-git-credentials", "fs.secret-gh",
+	"fs.secret-netproxy-paths", "fs.secret-deny-read",
 	"fs.write-etc", "fs.write-home", "fs.write-tmp",
 	"fs.protected-git", "fs.protected-git-config", "fs.protected-git-hooks", "fs.protected-hg",
 	"fs.protected-svn", "fs.protected-codex", "fs.protected-execwrap", "fs.protected-netproxy",
