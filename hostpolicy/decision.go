@@ -128,6 +128,9 @@ type Decision struct {
 	// Intercept is set on an allowed limited-mode CONNECT admitted to MITM
 	// interception (Options.MITM): every inner request must be re-checked.
 	Intercept bool
+	// Cause is the typed cause of an admission stage's mark or block
+	// (RunOptions.Admit); empty otherwise.
+	Cause Cause
 	// noTrace: addStep records nothing (offline judgements).
 	noTrace bool
 

@@ -216,10 +216,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	core := &proxy.Core{
 		Parker:     parker,
-		Recheck:    s.eval,
 		Closed:     opts.ConnectionSink,
 		Instance:   instance,
-		Engine:     s.eval,
+		Pipeline:   s.eval,
 		Dialer:     s.dialer,
 		Executions: s.registry,
 		Sink:       sinkFunc(s.observe),
