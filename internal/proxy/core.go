@@ -20,7 +20,7 @@ import (
 // policies and the shadow candidate); a *hostpolicy.Engine serves too.
 // Every decision of the data path is one call: an outer request with the
 // proxy's admission stage (admission.go), an inner request of an
-// intercepted tunnel, and the re-check of an open connection (flows.go).
+// intercepted tunnel, and the re-check of an open connection (recheck.go).
 type Pipeline interface {
 	Run(ctx context.Context, req hostpolicy.Request, o hostpolicy.RunOptions) hostpolicy.Decision
 }
@@ -77,7 +77,7 @@ type Core struct {
 	// Closed receives every connection closed by a change (the audit).
 	Closed observe.ConnectionSink
 	// Parker, when set, takes the quiet directions of every tunnel off
-	// their goroutines (park.go); nil: they keep them.
+	// their goroutines (tunnelpark.go); nil: they keep them.
 	Parker *Parker
 	// Instance is this process's random id: forwarded plain-HTTP requests
 	// carry "Via: 1.1 netproxy-<Instance>", and a request that arrives
