@@ -1,8 +1,19 @@
+// Package rollout owns the safe-rollout layer around the live decision
+// pipeline (issue 15): the shadow (candidate) policy judged beside every
+// live decision, with its bounded per-host summary (/api/shadow), and
+// `netproxy replay` (rollout/replay). The narrower per-execution and
+// per-session policies are the pipeline's own (hostpolicy.Scopes); the
+// Evaluator hands the store to it.
+//
+// It must never change a live decision because of the shadow policy, never
+// resolve a name or call a reviewer for the shadow policy, and never
+// record a token, a query string or a header value.
 package rollout
 
 import (
 	"context"
 
+	"github.com/netproxy/netproxy/attribution"
 	"github.com/netproxy/netproxy/hostpolicy"
 )
 
@@ -11,22 +22,22 @@ import (
 // internal/proxy calls (Run).
 type Evaluator struct {
 	engine    *hostpolicy.Engine
-	scopes    *Scopes
+	scopes    *hostpolicy.Scopes
 	shadow    *Shadow
 	approvals bool
 }
 
 // NewEvaluator wraps engine. scopes and shadow may be nil. approvals is
 // approvals.enabled: a candidate not_allowed is then predicted as ask.
-func NewEvaluator(engine *hostpolicy.Engine, scopes *Scopes, shadow *Shadow, approvals bool) *Evaluator {
+func NewEvaluator(engine *hostpolicy.Engine, scopes *hostpolicy.Scopes, shadow *Shadow, approvals bool) *Evaluator {
 	if scopes == nil {
-		scopes = NewScopes()
+		scopes = hostpolicy.NewScopes(attribution.DefaultSession)
 	}
 	return &Evaluator{engine: engine, scopes: scopes, shadow: shadow, approvals: approvals}
 }
 
 // Scopes is the narrower policy store.
-func (e *Evaluator) Scopes() *Scopes { return e.scopes }
+func (e *Evaluator) Scopes() *hostpolicy.Scopes { return e.scopes }
 
 // Shadow is the shadow policy (nil when none was wired).
 func (e *Evaluator) Shadow() *Shadow { return e.shadow }

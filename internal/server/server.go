@@ -60,8 +60,9 @@ type Server struct {
 	decider *deciderSlot
 	// eval is the data path's chain: engine narrowed by per-execution and
 	// per-session policies, with the [shadow] candidate judged beside it.
-	eval   *rollout.Evaluator
-	shadow *rollout.Shadow
+	eval     *rollout.Evaluator
+	shadow   *rollout.Shadow
+	scopeAPI scopeAPI
 	// mitmOn: an interceptor was built at start ([mitm] enabled); reloads
 	// keep it (a restart changes it).
 	mitmOn   bool
@@ -149,9 +150,11 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.registry.OnChange(func(string, attribution.Execution) {
 		s.meter.ExecutionsActive(len(s.registry.Active()))
 	})
-	scopes := rollout.NewScopes()
+	scopes := hostpolicy.NewScopes(attribution.DefaultSession)
+	sapi := scopeAPI{engine: s.engine, scopes: scopes}
+	s.scopeAPI = sapi
 	// Compiles an execution's narrower policy before its token is returned.
-	s.registry.OnChange(scopes.ExecutionChanged)
+	s.registry.OnChange(sapi.executionChanged)
 	s.shadow = rollout.NewShadow(s.meter, cfg.Metrics.MaxHostLabels)
 	s.loadShadow(cfg)
 	s.eval = rollout.NewEvaluator(s.engine, scopes, s.shadow, cfg.Approvals.Enabled)
@@ -187,7 +190,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.admin.HandleAPI("POST /api/reload", http.HandlerFunc(s.apiReload))
 	s.admin.HandleAPI("GET /api/shadow", s.eval.ShadowAPI())
 	for _, m := range []string{"GET", "PUT", "DELETE"} {
-		s.HandleControl(m+" /v1/sessions/{id}/network", s.eval.SessionNetwork())
+		s.HandleControl(m+" /v1/sessions/{id}/network", sapi.sessionNetwork())
 	}
 
 	parent, err := proxy.ParseParent(cfg.Network.UpstreamProxy)
@@ -530,7 +533,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 
 	addrs := s.Addrs()
 	s.control = attribution.NewControlServer(s.registry, attribution.ProxyInfo{HTTP: addrs.HTTP, SOCKS5: addrs.SOCKS5}, s.ctlApprv)
-	s.control.SetNetworkCheck(s.eval.CheckExecution)
+	s.control.SetNetworkCheck(s.scopeAPI.checkExecution)
 	for _, r := range s.ctlRoutes {
 		s.control.Handle(r.pattern, r.h)
 	}
