@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"log/slog"
-	"net"
 	"strings"
 	"time"
 
@@ -140,64 +139,4 @@ func (c *Core) run(ctx context.Context, req hostpolicy.Request, o hostpolicy.Run
 	}
 	// Logging the decision is a sink's job too (logging.DecisionLog).
 	return d
-}
-
-// sameHost compares a host from a URL or header with a decision's
-// normalised host.
-func sameHost(a, b string) bool {
-	na, err := hostpolicy.Normalize(a)
-	if err != nil {
-		return false
-	}
-	nb, err := hostpolicy.Normalize(b)
-	if err != nil {
-		return false
-	}
-	return na == nb
-}
-
-// splitHostPort splits "host[:port]" (IPv6 in brackets) with a default port.
-func splitHostPort(hp string, def uint16) (string, uint16, bool) {
-	if hp == "" {
-		return "", 0, false
-	}
-	host, portStr, err := net.SplitHostPort(hp)
-	if err != nil {
-		// No port.
-		if strings.HasPrefix(hp, "[") && strings.HasSuffix(hp, "]") {
-			return hp[1 : len(hp)-1], def, hp != "[]"
-		}
-		if strings.Contains(hp, ":") && strings.Count(hp, ":") > 1 {
-			return hp, def, true // bare IPv6
-		}
-		if strings.Contains(hp, ":") {
-			return "", 0, false
-		}
-		return hp, def, true
-	}
-	if portStr == "" {
-		return host, def, host != ""
-	}
-	p, ok := parsePort(portStr)
-	if !ok {
-		return "", 0, false
-	}
-	return host, p, host != ""
-}
-
-func parsePort(s string) (uint16, bool) {
-	if s == "" || len(s) > 5 {
-		return 0, false
-	}
-	n := 0
-	for _, ch := range s {
-		if ch < '0' || ch > '9' {
-			return 0, false
-		}
-		n = n*10 + int(ch-'0')
-	}
-	if n < 1 || n > 65535 {
-		return 0, false
-	}
-	return uint16(n), true
 }
