@@ -31,8 +31,7 @@ type Engine struct {
 	state   atomic.Pointer[Snapshot]
 	decider Decider
 
-	subsMu sync.Mutex
-	subs   []func()
+	subs subscribers
 }
 
 // amendments are the live allow_always / deny_always hosts. They survive
@@ -82,23 +81,9 @@ func (e *Engine) Swap(s *Snapshot) {
 // snapshot (Swap, Amend — the kill switch is a Swap). fn runs on the
 // changing goroutine and must not block; it should re-check open
 // connections with Recheck.
-func (e *Engine) Subscribe(fn func()) {
-	if fn == nil {
-		return
-	}
-	e.subsMu.Lock()
-	e.subs = append(e.subs, fn)
-	e.subsMu.Unlock()
-}
+func (e *Engine) Subscribe(fn func()) { e.subs.add(fn) }
 
-func (e *Engine) notify() {
-	e.subsMu.Lock()
-	subs := append([]func(){}, e.subs...)
-	e.subsMu.Unlock()
-	for _, fn := range subs {
-		fn()
-	}
-}
+func (e *Engine) notify() { e.subs.notify() }
 
 // Snapshot returns the current snapshot.
 func (e *Engine) Snapshot() *Snapshot { return e.state.Load() }

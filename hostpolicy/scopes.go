@@ -20,8 +20,7 @@ type Scopes struct {
 	// proxy with no narrower policy pays one atomic load per request.
 	n atomic.Int64
 
-	subsMu sync.Mutex
-	subs   []func()
+	subs subscribers
 }
 
 // NewScopes returns an empty store; an unattributed request belongs to
@@ -33,33 +32,25 @@ func NewScopes(defaultSession string) *Scopes {
 // SetExecution installs (sc non-nil) or drops (sc nil) execution id's
 // policy. An execution's policy is set before its token is returned and
 // dropped when it ends (its connections close then), so nobody is told.
-func (s *Scopes) SetExecution(id string, sc *Scope) {
-	s.mu.Lock()
-	if sc == nil {
-		delete(s.execs, id)
-	} else {
-		s.execs[id] = sc
-	}
-	s.count()
-	s.mu.Unlock()
-}
+func (s *Scopes) SetExecution(id string, sc *Scope) { s.set(s.execs, id, sc) }
 
 // SetSession installs (sc non-nil) or removes (sc nil) session id's policy
 // and tells the subscribers (open connections are re-checked).
 func (s *Scopes) SetSession(id string, sc *Scope) {
-	s.mu.Lock()
-	if sc == nil {
-		delete(s.sessions, id)
-	} else {
-		s.sessions[id] = sc
-	}
-	s.count()
-	s.mu.Unlock()
-	s.notify()
+	s.set(s.sessions, id, sc)
+	s.subs.notify()
 }
 
-// count refreshes n; the caller holds mu.
-func (s *Scopes) count() { s.n.Store(int64(len(s.sessions) + len(s.execs))) }
+func (s *Scopes) set(m map[string]*Scope, id string, sc *Scope) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sc == nil {
+		delete(m, id)
+	} else {
+		m[id] = sc
+	}
+	s.n.Store(int64(len(s.sessions) + len(s.execs)))
+}
 
 // Session returns session id's policy.
 func (s *Scopes) Session(id string) (*Scope, bool) {
@@ -71,17 +62,29 @@ func (s *Scopes) Session(id string) (*Scope, bool) {
 
 // Subscribe registers fn, called after every session policy change; it
 // must not block.
-func (s *Scopes) Subscribe(fn func()) {
-	s.subsMu.Lock()
-	s.subs = append(s.subs, fn)
-	s.subsMu.Unlock()
+func (s *Scopes) Subscribe(fn func()) { s.subs.add(fn) }
+
+// subscribers are the callbacks told of a change (Engine, Scopes); they
+// run on the changing goroutine.
+type subscribers struct {
+	mu  sync.Mutex
+	fns []func()
 }
 
-func (s *Scopes) notify() {
-	s.subsMu.Lock()
-	subs := append([]func(){}, s.subs...)
-	s.subsMu.Unlock()
-	for _, fn := range subs {
+func (s *subscribers) add(fn func()) {
+	if fn == nil {
+		return
+	}
+	s.mu.Lock()
+	s.fns = append(s.fns, fn)
+	s.mu.Unlock()
+}
+
+func (s *subscribers) notify() {
+	s.mu.Lock()
+	fns := append([]func(){}, s.fns...)
+	s.mu.Unlock()
+	for _, fn := range fns {
 		fn()
 	}
 }
