@@ -21,6 +21,11 @@ import (
 // for it, 2 for the others.
 var ErrOpen = errors.New("cannot open")
 
+type openError struct{ error }
+
+func (e openError) Unwrap() error        { return e.error }
+func (e openError) Is(target error) bool { return target == ErrOpen }
+
 // Netproxy is the whole `netproxy serve` process: the Server (policy,
 // pipeline, registry, proxy, admin, control socket) and the parts built on
 // it — audit, cluster, approval service, web UI.
@@ -50,34 +55,39 @@ type Netproxy struct {
 // decider slot that step 5 fills (until then not_allowed fails closed);
 // and the cluster relays reviews to the service that coordinates through
 // it (Attach in step 6). On an error everything built so far is closed.
-func Assemble(cfg *config.Config, logger *slog.Logger, meter *metrics.Metrics) (n *Netproxy, err error) {
-	n = &Netproxy{}
-	defer func() {
-		if err != nil {
-			n.close()
-			n = nil
-		}
-	}()
+func Assemble(cfg *config.Config, logger *slog.Logger, meter *metrics.Metrics) (*Netproxy, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	n := &Netproxy{}
+	if err := n.assemble(cfg, logger, meter); err != nil {
+		n.close()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Netproxy) assemble(cfg *config.Config, logger *slog.Logger, meter *metrics.Metrics) (err error) {
 	// 1.
 	sinks := observe.Fanout{logging.DecisionLog{Logger: logger}}
 	var connSink observe.ConnectionSink // connection_closed lines (SPEC §3.9)
 	if cfg.Audit.Path != "" {
 		n.audit, err = audit.Open(cfg.Audit.Path, cfg.Audit.BufferSize, logger, audit.WithDropCounter(meter.AuditDropped))
 		if err != nil {
-			return nil, fmt.Errorf("audit.path: %w: %w", ErrOpen, err)
+			return fmt.Errorf("audit.path: %w", openError{err})
 		}
 		sinks = append(sinks, n.audit)
 		connSink = n.audit
 	}
 	// 2.
 	if n.Server, err = New(cfg, Options{Logger: logger, Metrics: meter, Sinks: sinks, ConnectionSink: connSink}); err != nil {
-		return nil, err
+		return err
 	}
 	// 3.
 	n.HandleControl(metrics.ExecDecisionPath, metrics.ExecDecisionHandler(meter, n.audit))
 	// 4.
-	if n.cluster, err = n.openCluster(logger); err != nil {
-		return nil, err
+	if n.cluster, err = n.openCluster(); err != nil {
+		return err
 	}
 	var coord approvalsvc.Coordinator
 	if n.cluster != nil {
@@ -89,18 +99,18 @@ func Assemble(cfg *config.Config, logger *slog.Logger, meter *metrics.Metrics) (
 		auditor = n.audit
 	}
 	if n.approvals, err = n.setupApprovals(auditor, coord); err != nil {
-		return nil, err
+		return err
 	}
 	// 6.
 	if n.cluster != nil {
 		n.cluster.Attach(n.approvals)
 		if err := n.cluster.Start(context.Background()); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	// 7.
 	n.setupWebUI(n.approvals)
-	return n, nil
+	return nil
 }
 
 // Hangup is SIGHUP: the policy is reloaded and the audit log reopened

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"log/slog"
 	"path/filepath"
 
 	"github.com/netproxy/netproxy/approvalsvc"
@@ -14,7 +13,8 @@ import (
 // mode is off): executions, amendments (mirrored into this host's rules
 // file) and /readyz are wired here; the approval service is attached by
 // the caller once built.
-func (s *Server) openCluster(logger *slog.Logger) (*cluster.Cluster, error) {
+func (s *Server) openCluster() (*cluster.Cluster, error) {
+	logger := s.logger
 	cs := s.Config().Cluster.Settings()
 	if !cs.Enabled() {
 		return nil, nil
