@@ -284,7 +284,7 @@ func (p *pass) deny() bool {
 			return true
 		}
 	}
-	if h, ok := amended(s.amends.deny, t.host, t.unscoped, t.mapped); ok {
+	if h, ok := amended(p.amends.deny, t.host, t.unscoped, t.mapped); ok {
 		d.Reason, d.Pattern = ReasonDenied, h
 		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: h + " (amended)"})
 		return true
@@ -383,7 +383,7 @@ func (p *pass) allow() {
 	}
 	amendedHit := false
 	if !ok {
-		if h, found := amended(s.amends.allow, t.host); found {
+		if h, found := amended(p.amends.allow, t.host); found {
 			pat, ok, amendedHit = h, true, true
 		}
 	}

@@ -57,8 +57,9 @@ const (
 	// ResolvePinned judges RunOptions.Pinned, the addresses an open
 	// connection dialed, and never queries (the re-check, SPEC §3.9).
 	ResolvePinned
-	// ResolveOffline judges the addresses the live decision pinned
-	// (RunOptions.Live) and never queries (shadow, replay).
+	// ResolveOffline judges the addresses the live decision pinned and
+	// never queries: Snapshot.Predict and Engine.Shadow, which hand the
+	// pipeline the live decision.
 	ResolveOffline
 )
 
@@ -79,9 +80,6 @@ type RunOptions struct {
 	Resolve Resolution
 	// Pinned are the addresses of ResolvePinned.
 	Pinned []netip.Addr
-	// Live is what the live pipeline decided (ResolveOffline): its pinned
-	// addresses, its narrower policy's block and its decider's answer.
-	Live *Decision
 	// NoDecider skips the decider: not_allowed is final.
 	NoDecider bool
 	// Approvals (ResolveOffline): a decider exists, so a not_allowed is
@@ -122,8 +120,11 @@ const (
 // stages are dispatched by a switch, not through function values, so that
 // the data path's decision allocates nothing for its own state.
 type pass struct {
-	e      *Engine // nil offline
-	s      *Snapshot
+	e *Engine // nil offline
+	s *Snapshot
+	// amends are the live amendments (Engine.Shadow judges a candidate
+	// snapshot with the engine's).
+	amends *amendments
 	req    Request
 	o      RunOptions
 	scopes []*Scope
@@ -140,16 +141,21 @@ type pass struct {
 
 // Run is the pipeline: every decision of netproxy is one of its presets.
 func (e *Engine) Run(ctx context.Context, req Request, o RunOptions) Decision {
-	return e.state.Load().run(ctx, e, req, o)
+	s := e.state.Load()
+	return s.run(ctx, e, req, o, s.amends, nil)
 }
 
-func (s *Snapshot) run(ctx context.Context, e *Engine, req Request, o RunOptions) Decision {
-	p := pass{e: e, s: s, req: req, o: o, scopes: o.Scopes}
+// run is the pipeline over s with amends. live is what the live pipeline
+// decided (ResolveOffline only): it is handed to the stages that read it
+// rather than kept in the pass, so that an offline judgement does not move
+// it to the heap.
+func (s *Snapshot) run(ctx context.Context, e *Engine, req Request, o RunOptions, amends *amendments, live *Decision) Decision {
+	p := pass{e: e, s: s, amends: amends, req: req, o: o, scopes: o.Scopes}
 	if p.scopes == nil && o.ScopeSource != nil {
 		p.scopes = o.ScopeSource.For(req.ExecutionID, req.SessionID)
 	}
 	for i := 0; i < len(pipeline); {
-		switch p.stage(ctx, pipeline[i]) {
+		switch p.stage(ctx, pipeline[i], live) {
 		case stageNext:
 			i++
 		case stageAgain:
@@ -177,7 +183,7 @@ func next(stop bool) stageResult {
 }
 
 // stage dispatches one stage to its function.
-func (p *pass) stage(ctx context.Context, st Stage) stageResult {
+func (p *pass) stage(ctx context.Context, st Stage, live *Decision) stageResult {
 	switch st {
 	case StageProxyState:
 		return next(p.proxyState())
@@ -191,13 +197,13 @@ func (p *pass) stage(ctx context.Context, st Stage) stageResult {
 		p.allow()
 		return stageNext
 	case StageScopes:
-		return next(p.scopeLists())
+		return next(p.scopeLists(live))
 	case StageResolve:
-		return next(p.resolve(ctx))
+		return next(p.resolve(ctx, live))
 	case StageAddressScopes:
 		return next(scopeAddrBlock(&p.d, p.d.Addrs, p.scopes))
 	case StageDecider:
-		return p.decide(ctx)
+		return p.decide(ctx, live)
 	case StageModeGuard:
 		p.modeGuard()
 		return stageNext
@@ -222,40 +228,33 @@ func (p *pass) proxyState() bool {
 // scopeLists is the scopes stage: the narrower policies' lists (before
 // any DNS query and before the decider, so that no reviewer widens past
 // a narrower deny), and the effective mode.
-func (p *pass) scopeLists() bool {
+func (p *pass) scopeLists(live *Decision) bool {
 	if len(p.scopes) > 0 {
 		if scopeBlock(&p.d, p.t, p.scopes) {
 			return true
 		}
-	} else if live := p.live(); live != nil && live.Level != "" && live.Reason == ReasonPolicyDenied {
+	} else if live != nil && live.Level != "" && live.Reason == ReasonPolicyDenied {
 		// Offline without the request's scopes (replay): its narrower
 		// policy blocked it and a candidate does not change those.
 		p.d.Verdict, p.d.Reason, p.d.Source, p.d.Level, p.d.Pattern = Deny, ReasonPolicyDenied, SourceBaseline, live.Level, live.Pattern
 		return true
 	}
 	p.mode, p.level = p.s.scopeMode(p.scopes)
-	if live := p.live(); live != nil && len(p.scopes) == 0 && live.Level != "" && live.Source == SourceModeGuard {
+	if live != nil && len(p.scopes) == 0 && live.Level != "" && live.Source == SourceModeGuard {
 		p.mode, p.level = ModeLimited, live.Level
 	}
 	return false
 }
 
-func (p *pass) live() *Decision {
-	if p.o.Resolve == ResolveOffline {
-		return p.o.Live
-	}
-	return nil
-}
-
 // resolve is step 5: an allowed name's addresses, judged (live DNS); or an
 // open connection's pinned addresses; or, offline, the addresses the live
 // decision pinned.
-func (p *pass) resolve(ctx context.Context) bool {
+func (p *pass) resolve(ctx context.Context, live *Decision) bool {
 	switch p.o.Resolve {
 	case ResolvePinned:
 		return p.judgePinned(p.o.Pinned)
 	case ResolveOffline:
-		if live := p.o.Live; p.d.Allowed() && !p.final && !p.t.isIP && !p.t.hasStatic && live != nil && len(live.Addrs) > 0 {
+		if p.d.Allowed() && !p.final && !p.t.isIP && !p.t.hasStatic && live != nil && len(live.Addrs) > 0 {
 			return p.judgeAddrs(live.Addrs)
 		}
 		return false
@@ -310,7 +309,7 @@ func (p *pass) judgeAddrs(addrs []netip.Addr) bool {
 // pipeline runs again on the snapshot current when it answered (a deny or
 // kill switch that arrived meanwhile wins), the name is then resolved and
 // judged like an allow-listed one, and the mode guard still applies.
-func (p *pass) decide(ctx context.Context) stageResult {
+func (p *pass) decide(ctx context.Context, live *Decision) stageResult {
 	if p.approved != nil {
 		if p.d.Allowed() && !p.final {
 			out := p.approved
@@ -330,7 +329,7 @@ func (p *pass) decide(ctx context.Context) stageResult {
 	case p.o.Inner || p.o.NoDecider || p.o.Resolve == ResolvePinned:
 		return stageStop
 	case p.o.Resolve == ResolveOffline:
-		p.predictDecider()
+		p.predictDecider(live)
 		return stageStop
 	case p.e == nil || p.e.decider == nil || p.d.Host == "":
 		return stageStop
@@ -356,7 +355,7 @@ func (p *pass) decide(ctx context.Context) stageResult {
 		}
 		return stageStop
 	}
-	p.s, p.approved = cur, &out
+	p.s, p.amends, p.approved = cur, cur.amends, &out
 	if p.o.Scopes == nil && p.o.ScopeSource != nil {
 		// A narrower policy installed during the review applies too.
 		p.scopes = p.o.ScopeSource.For(p.req.ExecutionID, p.req.SessionID)
@@ -367,11 +366,11 @@ func (p *pass) decide(ctx context.Context) stageResult {
 // predictDecider is the decider offline: never called; a not_allowed is
 // predicted as ask — unless the live decision came from the decider too,
 // in which case the same reviewer answered and its verdict stands.
-func (p *pass) predictDecider() {
+func (p *pass) predictDecider(live *Decision) {
 	if !p.o.Approvals {
 		return
 	}
-	if live := p.o.Live; live != nil && live.Source == SourceDecider && live.Reason != ReasonProxyDisabled {
+	if live != nil && live.Source == SourceDecider && live.Reason != ReasonProxyDisabled {
 		p.d.Verdict, p.d.Reason, p.d.Source, p.d.Pattern = live.Verdict, live.Reason, SourceDecider, live.Pattern
 		return
 	}

@@ -34,10 +34,14 @@ type PredictOptions struct {
 // addresses: Predict cannot know better without a query. It is what the
 // shadow policy and `netproxy replay` run.
 func (s *Snapshot) Predict(req Request, live Decision, o PredictOptions) Decision {
+	return s.predict(req, &live, o, s.amends)
+}
+
+func (s *Snapshot) predict(req Request, live *Decision, o PredictOptions, amends *amendments) Decision {
 	req.Trace = o.Trace
 	return s.run(context.Background(), nil, req, RunOptions{
-		Resolve: ResolveOffline, Live: &live, Scopes: o.Scopes, Inner: o.Inner, Approvals: o.Approvals,
-	})
+		Resolve: ResolveOffline, Scopes: o.Scopes, Inner: o.Inner, Approvals: o.Approvals,
+	}, amends, live)
 }
 
 // IsInner reports whether an audited request was one inside an
@@ -53,7 +57,5 @@ func (e *Engine) Shadow(cand *Snapshot, req Request, live Decision, o PredictOpt
 	if cand == nil {
 		return live
 	}
-	c := *cand
-	c.amends = e.state.Load().amends
-	return c.Predict(req, live, o)
+	return cand.predict(req, &live, o, e.state.Load().amends)
 }
