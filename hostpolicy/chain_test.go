@@ -51,7 +51,7 @@ func TestNoLookupBeforeAllow(t *testing.T) {
 						t.Fatalf("%s: %+v", h, d)
 					}
 				}
-				e.EvaluateHost(context.Background(), Request{Host: h, Port: 443})
+				e.Run(context.Background(), Request{Host: h, Port: 443}, RunOptions{NoDecider: true})
 				e.Recheck(h, 443, nil)
 			}
 			if got := res.lookups(); len(got) != 0 {

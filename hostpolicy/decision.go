@@ -1,7 +1,9 @@
-// Package hostpolicy owns the deterministic network decision chain of SPEC §3:
-// host normalisation, pattern matching, the non-public address classifier,
-// resolution with pinning, and the ordered evaluation proxy state
-// (network.enabled) → deny → local guard → allow → mode guard → decider.
+// Package hostpolicy owns the network decision pipeline of SPEC §3: host
+// normalisation, pattern matching, the non-public address classifier,
+// resolution with pinning, narrower per-session and per-execution
+// policies, and the one ordered list of stages every decision runs
+// (pipeline.go: proxy state → normalise → deny → local guard → allow →
+// scopes → resolve → address scopes → decider → mode guard → admission).
 //
 // It must never dial, never log a request's query string or headers, and never
 // let a decider override a decision other than not_allowed.
@@ -128,6 +130,9 @@ type Decision struct {
 	// Intercept is set on an allowed limited-mode CONNECT admitted to MITM
 	// interception (Options.MITM): every inner request must be re-checked.
 	Intercept bool
+	// Cause is the typed cause of an admission stage's mark or block
+	// (RunOptions.Admit); empty otherwise.
+	Cause Cause
 	// noTrace: addStep records nothing (offline judgements).
 	noTrace bool
 

@@ -31,8 +31,7 @@ type Engine struct {
 	state   atomic.Pointer[Snapshot]
 	decider Decider
 
-	subsMu sync.Mutex
-	subs   []func()
+	subs subscribers
 }
 
 // amendments are the live allow_always / deny_always hosts. They survive
@@ -82,23 +81,9 @@ func (e *Engine) Swap(s *Snapshot) {
 // snapshot (Swap, Amend — the kill switch is a Swap). fn runs on the
 // changing goroutine and must not block; it should re-check open
 // connections with Recheck.
-func (e *Engine) Subscribe(fn func()) {
-	if fn == nil {
-		return
-	}
-	e.subsMu.Lock()
-	e.subs = append(e.subs, fn)
-	e.subsMu.Unlock()
-}
+func (e *Engine) Subscribe(fn func()) { e.subs.add(fn) }
 
-func (e *Engine) notify() {
-	e.subsMu.Lock()
-	subs := append([]func(){}, e.subs...)
-	e.subsMu.Unlock()
-	for _, fn := range subs {
-		fn()
-	}
-}
+func (e *Engine) notify() { e.subs.notify() }
 
 // Snapshot returns the current snapshot.
 func (e *Engine) Snapshot() *Snapshot { return e.state.Load() }
@@ -193,98 +178,19 @@ func amended(set map[string]struct{}, hosts ...string) (string, bool) {
 	return "", false
 }
 
-// Evaluate runs the whole chain for req and returns the final decision:
-// proxy state (network.enabled) → normalise → deny list → local guard
-// (literals and static answers only) → allow list → resolution of an
-// allowed name → mode guard, and the decider only for not_allowed. A
-// decider's allow is re-checked against the snapshot current when it
-// answers, then the name is resolved and judged like an allow-listed one.
+// The presets of the pipeline (pipeline.go) that the engine's users call.
+
+// Evaluate is an outer request's decision: the whole pipeline with the
+// decider for not_allowed and live resolution, no narrower policy.
 func (e *Engine) Evaluate(ctx context.Context, req Request) Decision {
-	s := e.state.Load()
-	if !s.enabled {
-		return disabledDecision(req)
-	}
-	d := s.hostDecision(ctx, req)
-	switch {
-	case d.Verdict == Allow:
-		return s.modeGuard(req, d)
-	case d.Reason == ReasonNotAllowed && e.decider != nil && d.Host != "":
-		// The decider keys its caches on the canonical host.
-		req.Host = d.Host
-		out := e.decider.Decide(ctx, req, d)
-		return e.afterDeciderIn(ctx, req, d, out, nil)
-	}
-	return d
+	return e.Run(ctx, req, RunOptions{})
 }
 
-// afterDecider turns the decider's answer into the final decision. A
-// decider can only turn not_allowed into allow, deny or ask; its blocks
-// carry source decider. An allow is re-checked against the current
-// snapshot (SPEC §3.9: a deny or kill switch that arrived while a reviewer
-// was deciding wins) and the name is then resolved and judged (SPEC §3.4).
-func (e *Engine) afterDeciderIn(ctx context.Context, req Request, base, out Decision, scopes []*Scope) Decision {
-	cur := e.state.Load()
-	if !cur.enabled {
-		// No approval outlives the kill switch.
-		return disabledDecision(req)
-	}
-	if out.Verdict != Allow {
-		d := base
-		d.ApprovalID, d.Override, d.Rationale = out.ApprovalID, out.Override, out.Rationale
-		d.Source = SourceDecider
-		d.Verdict = Deny
-		if out.Verdict == Ask {
-			d.Verdict = Ask
-		}
-		d.Reason = out.Reason
-		if d.Reason == ReasonNone {
-			d.Reason = ReasonPolicyDenied
-		}
-		return d
-	}
-	mode, level := cur.scopeMode(scopes)
-	d, t, final := cur.chain(req)
-	if final {
-		// Denied or local since the review began (or now allowed as a
-		// local literal by the list itself): the current policy decides.
-		if d.Verdict == Allow {
-			if scopeBlock(&d, t, scopes) {
-				return d
-			}
-			return withLevel(cur.modeGuardIn(mode, req, d), level)
-		}
-		return d
-	}
-	// A narrower policy the reviewer cannot widen (checked before the
-	// review too; the scopes are the request's own).
-	if scopeBlock(&d, t, scopes) {
-		return d
-	}
-	// Allow-listed by now (allow_always) or allowed by the decider: resolve
-	// and judge exactly as step 5.
-	d.Verdict, d.Reason = Allow, ReasonNone
-	d = cur.resolveAllowed(ctx, d, t)
-	if !d.Allowed() || scopeAddrBlock(&d, d.Addrs, scopes) {
-		return d
-	}
-	d.Source = SourceDecider
-	d.ApprovalID, d.Override, d.Rationale = out.ApprovalID, out.Override, out.Rationale
-	if out.Pattern != "" {
-		d.Pattern = out.Pattern
-	}
-	// A reviewer approves a host, never a method: limited mode still applies.
-	return withLevel(cur.modeGuardIn(mode, req, d), level)
-}
-
-// EvaluateHost runs only the host chain of SPEC §3.4 (no mode guard, no
-// decider) — for re-checks such as MITM inner requests. The kill switch
-// applies here too.
-func (e *Engine) EvaluateHost(ctx context.Context, req Request) Decision {
-	s := e.state.Load()
-	if !s.enabled {
-		return disabledDecision(req)
-	}
-	return s.hostDecision(ctx, req)
+// InnerDecision judges one request inside an intercepted tunnel: the host
+// chain of the current snapshot (no decider: the CONNECT consulted it),
+// then the method under the mode guard.
+func (e *Engine) InnerDecision(ctx context.Context, req Request) Decision {
+	return e.Run(ctx, req, RunOptions{Inner: true})
 }
 
 // Recheck re-judges an open connection to host:port whose pinned
@@ -295,39 +201,7 @@ func (e *Engine) EvaluateHost(ctx context.Context, req Request) Decision {
 // denied, not_allowed_local or proxy_disabled; not_allowed does not close
 // a connection a decider had allowed.
 func (e *Engine) Recheck(host string, port int, addrs []netip.Addr) Decision {
-	s := e.state.Load()
-	req := Request{Host: host, Port: uint16(port)}
-	if !s.enabled {
-		return disabledDecision(req)
-	}
-	d, _, final := s.chain(req)
-	if final && !d.Allowed() {
-		return d
-	}
-	if a, entry, ok := s.deny.matchAnyAddr(addrs, req.Port); ok {
-		d.Verdict, d.Reason, d.Source, d.Pattern = Deny, ReasonDenied, SourceBaseline, entry
-		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "pinned address " + a.String() + " in " + entry})
-		return d
-	}
-	if !s.allowLocalBinding && !d.LocalLiteral {
-		if len(addrs) == 0 && d.Host != "" {
-			if _, isIP := parseLiteral(d.Host); !isIP {
-				// Nothing proves where a name's connection went: fail closed.
-				d.Verdict, d.Reason, d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
-				d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "no pinned address"})
-				return d
-			}
-		}
-		if a, bad := s.firstLocal(addrs, req.Port); bad {
-			d.Verdict, d.Reason, d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
-			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "pinned address " + a.String() + " is non-public"})
-			return d
-		}
-	}
-	if len(addrs) > 0 {
-		d.Addrs = append([]netip.Addr(nil), addrs...)
-	}
-	return d
+	return e.Run(context.Background(), Request{Host: host, Port: uint16(port)}, RunOptions{Resolve: ResolvePinned, Pinned: addrs})
 }
 
 // disabledDecision is the block of a proxy whose network.enabled is false
@@ -359,35 +233,20 @@ type target struct {
 	port      uint16 // the request's port: port-scoped entries match on it
 }
 
-// hostDecision is SPEC §3.4 steps 1–6 for one request.
-func (s *Snapshot) hostDecision(ctx context.Context, req Request) Decision {
-	d, t, final := s.chain(req)
-	if final || !d.Allowed() {
-		return d
-	}
-	return s.resolveAllowed(ctx, d, t)
-}
+// SPEC §3.4 steps 1–4, the pipeline's first stages: no DNS query. A
+// stage returns true when it ended the decision.
 
-// chain runs steps 1–4 without any DNS query. final is true when the
-// decision cannot change by resolving (a block other than not_allowed, or
-// an allowed local literal); otherwise d is not_allowed or an allow that
-// still needs step 5.
-func (s *Snapshot) chain(req Request) (d Decision, t target, final bool) {
-	return s.chainTraced(req, req.Trace)
-}
-
-// chainTraced is chain; without trace no step is recorded (the shadow and
-// replay judgements need the outcome only, and no allocation for it).
-func (s *Snapshot) chainTraced(req Request, trace bool) (d Decision, t target, final bool) {
-	d = Decision{Verdict: Deny, Source: SourceBaseline, Port: req.Port, noTrace: !trace}
-	t.port = req.Port
-	if trace {
+// 1. normalise
+func (p *pass) normalise() bool {
+	req := p.req
+	d := &p.d
+	*d = Decision{Verdict: Deny, Source: SourceBaseline, Port: req.Port, noTrace: !req.Trace}
+	p.t, p.final = target{port: req.Port}, false
+	if req.Trace {
 		// Room for every step (deny, local_guard, allow, step 5, mode) so
 		// the chain allocates its trace once.
 		d.Steps = make([]Step, 0, 5)
 	}
-
-	// 1. normalise
 	host, err := Normalize(req.Host)
 	if err != nil || host == "" {
 		d.Reason = ReasonNotAllowed
@@ -397,111 +256,123 @@ func (s *Snapshot) chainTraced(req Request, trace bool) (d Decision, t target, f
 		}
 		// SPEC §7.1 knows four steps; an unusable host is an allow-list miss.
 		d.addStep(Step{Step: StepAllow, Result: ResultMiss, Detail: "invalid host: " + detail})
-		return d, t, true
+		return true
 	}
 	d.Host = host
-	t.host = host
+	p.t = targetOf(host)
+	p.t.port = req.Port
+	if !p.t.isIP {
+		p.t.static, p.t.hasStatic = p.s.static[host]
+	}
+	return false
+}
+
+// 2. deny list: patterns, amendments, address entries against a literal
+// or the static answers (local, so readable here).
+func (p *pass) deny() bool {
+	s, t, d := p.s, &p.t, &p.d
 	// The forms of the host a deny entry may name: the host itself, the
 	// unscoped address of a scoped literal, and the IPv4 address inside an
 	// IPv4-mapped IPv6 literal (the same socket address).
-	t.addr, t.isIP = parseLiteral(host)
-	if t.isIP && t.addr.Zone() != "" {
-		t.unscoped = t.addr.WithZone("").String()
-	}
-	if t.isIP && t.addr.Is4In6() {
-		t.mapped = t.addr.Unmap().String()
-	}
-	if !t.isIP {
-		t.static, t.hasStatic = s.static[host]
-	}
-
-	// 2. deny list: patterns, amendments, address entries against a
-	// literal or the static answers (local, so readable here).
-	for _, h := range []string{host, t.unscoped, t.mapped} {
+	for _, h := range [3]string{t.host, t.unscoped, t.mapped} {
 		if h == "" {
 			continue
 		}
 		if pat, ok := s.deny.matchName(h, t.port); ok {
 			d.Reason, d.Pattern = ReasonDenied, pat
 			d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: pat})
-			return d, t, true
+			return true
 		}
 	}
-	if h, ok := amended(s.amends.deny, host, t.unscoped, t.mapped); ok {
+	if h, ok := amended(p.amends.deny, t.host, t.unscoped, t.mapped); ok {
 		d.Reason, d.Pattern = ReasonDenied, h
 		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: h + " (amended)"})
-		return d, t, true
+		return true
 	}
 	if t.isIP {
 		if entry, ok := s.deny.matchAddr(t.addr, t.port); ok {
 			d.Reason, d.Pattern = ReasonDenied, entry
 			d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: entry})
-			return d, t, true
+			return true
 		}
 	}
 	if a, entry, ok := s.deny.matchAnyAddr(t.static, t.port); ok {
 		d.Reason, d.Pattern = ReasonDenied, entry
 		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "static answer " + a.String() + " in " + entry})
-		return d, t, true
+		return true
 	}
 	d.addStep(Step{Step: StepDeny, Result: ResultMiss})
+	return false
+}
 
-	// 3. local/private guard: literals and static answers only; any other
-	// name is not resolved here.
-	if !s.allowLocalBinding {
-		if host == "localhost" || (t.isIP && IsNonPublic(t.addr)) {
-			pat, ok := s.allow.matchExact(host, t.port)
-			if !ok && t.unscoped != "" {
-				pat, ok = s.allow.matchExact(t.unscoped, t.port)
-			}
-			if !ok && t.isIP {
-				pat, ok = s.allow.matchAddr(t.addr, t.port)
-			}
-			if !ok {
-				d.Reason = ReasonNotAllowedLocal
-				d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "local/private address not allow-listed exactly or by prefix"})
-				return d, t, true
-			}
-			d.LocalLiteral = true
-			d.Pattern = pat
-			if t.isIP {
-				d.Addrs = []netip.Addr{t.addr}
-			} else {
-				// RFC 6761: localhost is loopback, never looked up.
-				d.Addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
-			}
-			d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "allow-list entry " + pat})
-			d.addStep(Step{Step: StepAllow, Result: ResultHit, Detail: pat})
-			d.Verdict, d.Reason = Allow, ReasonNone
-			return d, t, true
-		}
-		switch {
-		case t.isIP:
-			d.Addrs = []netip.Addr{t.addr}
-			d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "public address"})
-		case t.hasStatic:
-			if a, bad := s.firstLocal(t.static, t.port); bad {
-				d.Reason = ReasonNotAllowedLocal
-				d.Addrs = append([]netip.Addr(nil), t.static...)
-				d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "static answer " + a.String() + " is non-public"})
-				return d, t, true
-			}
-			d.Addrs = append([]netip.Addr(nil), t.static...)
-			d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "static answers checked"})
-		default:
-			d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "name not resolved before the allow list"})
-		}
-	} else {
+// 3. local/private guard: literals and static answers only; any other
+// name is not resolved here. An exactly allow-listed local literal is
+// allowed here and final.
+func (p *pass) localGuard() bool {
+	s, t, d := p.s, &p.t, &p.d
+	if s.allowLocalBinding {
 		d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "allow_local_binding = true"})
 		if t.isIP {
 			d.Addrs = []netip.Addr{t.addr}
 		} else if t.hasStatic {
 			d.Addrs = append([]netip.Addr(nil), t.static...)
 		}
+		return false
 	}
+	if t.host == "localhost" || (t.isIP && IsNonPublic(t.addr)) {
+		pat, ok := s.allow.matchExact(t.host, t.port)
+		if !ok && t.unscoped != "" {
+			pat, ok = s.allow.matchExact(t.unscoped, t.port)
+		}
+		if !ok && t.isIP {
+			pat, ok = s.allow.matchAddr(t.addr, t.port)
+		}
+		if !ok {
+			d.Reason = ReasonNotAllowedLocal
+			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "local/private address not allow-listed exactly or by prefix"})
+			return true
+		}
+		d.LocalLiteral = true
+		d.Pattern = pat
+		if t.isIP {
+			d.Addrs = []netip.Addr{t.addr}
+		} else {
+			// RFC 6761: localhost is loopback, never looked up.
+			d.Addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
+		}
+		d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "allow-list entry " + pat})
+		d.addStep(Step{Step: StepAllow, Result: ResultHit, Detail: pat})
+		d.Verdict, d.Reason = Allow, ReasonNone
+		p.final = true
+		return false
+	}
+	switch {
+	case t.isIP:
+		d.Addrs = []netip.Addr{t.addr}
+		d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "public address"})
+	case t.hasStatic:
+		d.Addrs = append([]netip.Addr(nil), t.static...)
+		if a, bad := s.firstLocal(t.static, t.port); bad {
+			d.Reason = ReasonNotAllowedLocal
+			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "static answer " + a.String() + " is non-public"})
+			return true
+		}
+		d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "static answers checked"})
+	default:
+		d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "name not resolved before the allow list"})
+	}
+	return false
+}
 
-	// 4. allow list
-	pat, ok := s.allow.matchName(host, t.port)
+// 4. allow list. A miss is not_allowed, which only the decider may turn
+// into an allow: it goes on to the scopes and the decider; while the
+// pipeline re-runs after the decider's allow, that allow stands here.
+func (p *pass) allow() {
+	if p.final {
+		return
+	}
+	s, t, d := p.s, &p.t, &p.d
+	pat, ok := s.allow.matchName(t.host, t.port)
 	if !ok && t.unscoped != "" && !s.allowLocalBinding {
 		// An exact scoped match is required when local binding is on
 		// (reference §2.2); otherwise the unscoped entry covers all scopes.
@@ -512,14 +383,17 @@ func (s *Snapshot) chainTraced(req Request, trace bool) (d Decision, t target, f
 	}
 	amendedHit := false
 	if !ok {
-		if h, found := amended(s.amends.allow, host); found {
+		if h, found := amended(p.amends.allow, t.host); found {
 			pat, ok, amendedHit = h, true, true
 		}
 	}
 	if !ok {
 		d.Reason = ReasonNotAllowed
 		d.addStep(Step{Step: StepAllow, Result: ResultMiss})
-		return d, t, false
+		if p.approved != nil {
+			d.Verdict, d.Reason = Allow, ReasonNone
+		}
+		return
 	}
 	d.Pattern = pat
 	detail := pat
@@ -528,7 +402,6 @@ func (s *Snapshot) chainTraced(req Request, trace bool) (d Decision, t target, f
 	}
 	d.addStep(Step{Step: StepAllow, Result: ResultHit, Detail: detail})
 	d.Verdict, d.Reason = Allow, ReasonNone
-	return d, t, false
 }
 
 // firstLocal returns the first non-public address outside every allow-list
@@ -605,14 +478,10 @@ func (s *Snapshot) lookupDNS(ctx context.Context, host string) ([]netip.Addr, er
 	return addrs, nil
 }
 
-// modeGuard applies limited mode (SPEC §3.8) to an allowed request. With
-// MITM admission a limited-mode CONNECT passes to interception (Intercept);
-// the decision keeps its source.
-func (s *Snapshot) modeGuard(req Request, d Decision) Decision {
-	return s.modeGuardIn(s.mode, req, d)
-}
-
-// modeGuardIn is modeGuard under mode (a scope may narrow full to limited).
+// modeGuardIn applies limited mode (SPEC §3.8) under mode (a scope may
+// narrow full to limited) to an allowed request. With MITM admission a
+// limited-mode CONNECT passes to interception (Intercept); the decision
+// keeps its source.
 func (s *Snapshot) modeGuardIn(mode string, req Request, d Decision) Decision {
 	if mode == ModeFull || mode == "" {
 		d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: ModeFull})
@@ -660,27 +529,6 @@ func MethodAllowed(mode, method string) bool {
 		return true
 	}
 	return false
-}
-
-// InnerDecision judges one request inside an intercepted tunnel: the host
-// chain of the current snapshot (no decider: the CONNECT consulted it),
-// then the method under the mode guard.
-func (e *Engine) InnerDecision(ctx context.Context, req Request) Decision {
-	s := e.state.Load()
-	if !s.enabled {
-		return disabledDecision(req)
-	}
-	d := s.hostDecision(ctx, req)
-	if !d.Allowed() {
-		return d
-	}
-	if MethodAllowed(s.mode, req.Method) {
-		d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
-		return d
-	}
-	d.Verdict, d.Reason, d.Source = Deny, ReasonMethodNotAllowed, SourceModeGuard
-	d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(ReasonMethodNotAllowed)})
-	return d
 }
 
 func parseLiteral(host string) (netip.Addr, bool) {

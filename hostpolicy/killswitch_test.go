@@ -59,7 +59,8 @@ func TestDisabledBeatsEverything(t *testing.T) {
 			if d.Port != req.Port {
 				t.Errorf("%s: port %d, want %d", req.Host, d.Port, req.Port)
 			}
-			wantDisabled(t, "EvaluateHost "+req.Host, e.EvaluateHost(ctx, req))
+			wantDisabled(t, "InnerDecision "+req.Host, e.InnerDecision(ctx, req))
+			wantDisabled(t, "Recheck "+req.Host, e.Recheck(req.Host, int(req.Port), nil))
 		}
 		if d := e.Evaluate(ctx, Request{Trace: true, Host: "OK.Test.", Port: 443, Protocol: ProtoHTTPS}); d.Host != "ok.test" {
 			t.Errorf("the decision names the normalised host: %q", d.Host)

@@ -1,6 +1,9 @@
 package hostpolicy
 
-import "strings"
+import (
+	"context"
+	"strings"
+)
 
 // PredictOptions say what an offline judgement may use besides the
 // snapshot itself.
@@ -31,64 +34,14 @@ type PredictOptions struct {
 // addresses: Predict cannot know better without a query. It is what the
 // shadow policy and `netproxy replay` run.
 func (s *Snapshot) Predict(req Request, live Decision, o PredictOptions) Decision {
-	if !s.enabled {
-		return disabledDecision(req)
-	}
-	d, t, final := s.chainTraced(req, o.Trace)
-	if final && !d.Allowed() {
-		return d
-	}
-	if len(o.Scopes) > 0 {
-		if scopeBlock(&d, t, o.Scopes) {
-			return d
-		}
-	} else if live.Level != "" && live.Reason == ReasonPolicyDenied {
-		// The request's narrower policy blocked it and the candidate does
-		// not change narrower policies.
-		d.Verdict, d.Reason, d.Source, d.Level, d.Pattern = Deny, ReasonPolicyDenied, SourceBaseline, live.Level, live.Pattern
-		return d
-	}
-	mode, level := s.scopeMode(o.Scopes)
-	if len(o.Scopes) == 0 && live.Level != "" && live.Source == SourceModeGuard {
-		mode, level = ModeLimited, live.Level
-	}
-	if !final && d.Allowed() {
-		if !t.isIP && !t.hasStatic && len(live.Addrs) > 0 {
-			addrs := live.Addrs
-			if a, entry, ok := s.deny.matchAnyAddr(addrs, t.port); ok {
-				d.Verdict, d.Reason, d.Pattern = Deny, ReasonDenied, entry
-				d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "pinned address " + a.String() + " in " + entry})
-				return d
-			}
-			if !s.allowLocalBinding {
-				if a, bad := s.firstLocal(addrs, t.port); bad {
-					d.Verdict, d.Reason = Deny, ReasonNotAllowedLocal
-					d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "pinned address " + a.String() + " is non-public"})
-					return d
-				}
-			}
-			d.Addrs = addrs
-			if scopeAddrBlock(&d, addrs, o.Scopes) {
-				return d
-			}
-		}
-	}
-	if !d.Allowed() {
-		// not_allowed: the decider's stage.
-		if !o.Approvals || o.Inner {
-			return d
-		}
-		if live.Source == SourceDecider && live.Reason != ReasonProxyDisabled {
-			d.Verdict, d.Reason, d.Source, d.Pattern = live.Verdict, live.Reason, SourceDecider, live.Pattern
-			return d
-		}
-		d.Verdict, d.Source = Ask, SourceDecider
-		return d
-	}
-	if o.Inner {
-		return withLevel(innerMode(mode, req, d), level)
-	}
-	return withLevel(s.modeGuardIn(mode, req, d), level)
+	return s.predict(req, &live, o, s.amends)
+}
+
+func (s *Snapshot) predict(req Request, live *Decision, o PredictOptions, amends *amendments) Decision {
+	req.Trace = o.Trace
+	return s.run(context.Background(), nil, req, RunOptions{
+		Resolve: ResolveOffline, Scopes: o.Scopes, Inner: o.Inner, Approvals: o.Approvals,
+	}, amends, live)
 }
 
 // IsInner reports whether an audited request was one inside an
@@ -104,7 +57,5 @@ func (e *Engine) Shadow(cand *Snapshot, req Request, live Decision, o PredictOpt
 	if cand == nil {
 		return live
 	}
-	c := *cand
-	c.amends = e.state.Load().amends
-	return c.Predict(req, live, o)
+	return cand.predict(req, &live, o, e.state.Load().amends)
 }

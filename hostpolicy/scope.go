@@ -224,38 +224,7 @@ func (s *Snapshot) scopeMode(scopes []*Scope) (string, string) {
 // narrower deny); then resolution, the scopes' address entries, the
 // decider for not_allowed, and the mode guard under the narrowest mode.
 func (e *Engine) EvaluateScoped(ctx context.Context, req Request, scopes []*Scope) Decision {
-	if len(scopes) == 0 {
-		return e.Evaluate(ctx, req)
-	}
-	s := e.state.Load()
-	if !s.enabled {
-		return disabledDecision(req)
-	}
-	d, t, final := s.chain(req)
-	if final && !d.Allowed() {
-		return d
-	}
-	if scopeBlock(&d, t, scopes) {
-		return d
-	}
-	mode, level := s.scopeMode(scopes)
-	if final {
-		return withLevel(s.modeGuardIn(mode, req, d), level)
-	}
-	if d.Allowed() {
-		d = s.resolveAllowed(ctx, d, t)
-		if !d.Allowed() || scopeAddrBlock(&d, d.Addrs, scopes) {
-			return d
-		}
-		return withLevel(s.modeGuardIn(mode, req, d), level)
-	}
-	if d.Reason == ReasonNotAllowed && e.decider != nil && d.Host != "" {
-		req.Host = d.Host
-		out := e.decider.Decide(ctx, req, d)
-		r := e.afterDeciderIn(ctx, req, d, out, scopes)
-		return r
-	}
-	return d
+	return e.Run(ctx, req, RunOptions{Scopes: scopes})
 }
 
 // withLevel names the scope level on a mode-guard block the scope's mode
@@ -269,30 +238,10 @@ func withLevel(d Decision, level string) Decision {
 
 // InnerDecisionScoped is InnerDecision narrowed by scopes.
 func (e *Engine) InnerDecisionScoped(ctx context.Context, req Request, scopes []*Scope) Decision {
-	if len(scopes) == 0 {
-		return e.InnerDecision(ctx, req)
-	}
-	s := e.state.Load()
-	if !s.enabled {
-		return disabledDecision(req)
-	}
-	d, t, final := s.chain(req)
-	if final && !d.Allowed() {
-		return d
-	}
-	if scopeBlock(&d, t, scopes) {
-		return d
-	}
-	if !final {
-		d = s.resolveAllowed(ctx, d, t)
-	}
-	if !d.Allowed() || scopeAddrBlock(&d, d.Addrs, scopes) {
-		return d
-	}
-	mode, level := s.scopeMode(scopes)
-	return withLevel(innerMode(mode, req, d), level)
+	return e.Run(ctx, req, RunOptions{Inner: true, Scopes: scopes})
 }
 
+// innerMode is the mode guard of an inner request: its method.
 func innerMode(mode string, req Request, d Decision) Decision {
 	if MethodAllowed(mode, req.Method) {
 		d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
@@ -306,32 +255,7 @@ func innerMode(mode string, req Request, d Decision) Decision {
 // RecheckScoped is Recheck narrowed by scopes: an open connection whose
 // target a scope now blocks is policy_denied (the caller closes it).
 func (e *Engine) RecheckScoped(host string, port int, addrs []netip.Addr, scopes []*Scope) Decision {
-	d := e.Recheck(host, port, addrs)
-	if len(scopes) == 0 {
-		return d
-	}
-	switch d.Reason {
-	case ReasonDenied, ReasonNotAllowedLocal, ReasonProxyDisabled:
-		return d
-	}
-	return ApplyScopes(d, scopes)
-}
-
-// ApplyScopes judges an already-made decision's normalised host and
-// pinned addresses against scopes (no lookup): a scope block turns it into
-// policy_denied; anything else is returned unchanged. It is for scopes
-// that changed after the decision was made (e.g. while a reviewer was
-// deciding).
-func ApplyScopes(d Decision, scopes []*Scope) Decision {
-	if len(scopes) == 0 || d.Host == "" {
-		return d
-	}
-	t := targetOf(d.Host)
-	t.port = d.Port
-	if scopeBlock(&d, t, scopes) || scopeAddrBlock(&d, d.Addrs, scopes) {
-		return d
-	}
-	return d
+	return e.Run(context.Background(), Request{Host: host, Port: uint16(port)}, RunOptions{Resolve: ResolvePinned, Pinned: addrs, Scopes: scopes})
 }
 
 // targetOf is the literal forms of a normalised host (no static answers).

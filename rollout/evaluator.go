@@ -1,79 +1,74 @@
+// Package rollout owns the safe-rollout layer around the live decision
+// pipeline (issue 15): the shadow (candidate) policy judged beside every
+// live decision, with its bounded per-host summary (/api/shadow), and
+// `netproxy replay` (rollout/replay). The narrower per-execution and
+// per-session policies are the pipeline's own (hostpolicy.Scopes); the
+// Evaluator hands the store to it.
+//
+// It must never change a live decision because of the shadow policy, never
+// resolve a name or call a reviewer for the shadow policy, and never
+// record a token, a query string or a header value.
 package rollout
 
 import (
 	"context"
-	"net/netip"
 
+	"github.com/netproxy/netproxy/attribution"
 	"github.com/netproxy/netproxy/hostpolicy"
 )
 
-// Evaluator is the data path's decision chain: the live engine narrowed by
-// the request's scopes, with the shadow policy judged beside it. It is what
-// internal/proxy calls (Evaluate, InnerDecision, Recheck, RecheckConn).
+// Evaluator is the data path's pipeline: the live engine narrowed by the
+// request's scopes, with the shadow policy judged beside it. It is what
+// internal/proxy calls (Run).
 type Evaluator struct {
 	engine    *hostpolicy.Engine
-	scopes    *Scopes
+	scopes    *hostpolicy.Scopes
 	shadow    *Shadow
 	approvals bool
 }
 
 // NewEvaluator wraps engine. scopes and shadow may be nil. approvals is
 // approvals.enabled: a candidate not_allowed is then predicted as ask.
-func NewEvaluator(engine *hostpolicy.Engine, scopes *Scopes, shadow *Shadow, approvals bool) *Evaluator {
+func NewEvaluator(engine *hostpolicy.Engine, scopes *hostpolicy.Scopes, shadow *Shadow, approvals bool) *Evaluator {
 	if scopes == nil {
-		scopes = NewScopes()
+		scopes = hostpolicy.NewScopes(attribution.DefaultSession)
 	}
 	return &Evaluator{engine: engine, scopes: scopes, shadow: shadow, approvals: approvals}
 }
 
 // Scopes is the narrower policy store.
-func (e *Evaluator) Scopes() *Scopes { return e.scopes }
+func (e *Evaluator) Scopes() *hostpolicy.Scopes { return e.scopes }
 
 // Shadow is the shadow policy (nil when none was wired).
 func (e *Evaluator) Shadow() *Shadow { return e.shadow }
 
-// Evaluate is the live decision (host-wide chain and scopes, decider for
-// not_allowed). When a candidate is loaded it is judged too, offline;
-// a disagreement is attached as Decision.Shadow and counted. The live
-// decision is never changed by it.
+// Run is the pipeline (hostpolicy.Engine.Run) for the data path: the
+// request's narrower policies come from the store (asked again after a
+// review), and a live decision — not a re-check — is judged by the shadow
+// candidate too, offline; a disagreement is attached as Decision.Shadow
+// and counted. The live decision is never changed by it.
+func (e *Evaluator) Run(ctx context.Context, req hostpolicy.Request, o hostpolicy.RunOptions) hostpolicy.Decision {
+	if o.Scopes == nil && o.ScopeSource == nil {
+		o.ScopeSource = e.scopes
+	}
+	d := e.engine.Run(ctx, req, o)
+	if o.Resolve != hostpolicy.ResolveLive {
+		return d
+	}
+	return e.judgeShadow(req, d, o.Inner)
+}
+
+// Evaluate is Run's outer-request preset.
 func (e *Evaluator) Evaluate(ctx context.Context, req hostpolicy.Request) hostpolicy.Decision {
-	scopes := e.scopes.For(req.ExecutionID, req.SessionID)
-	d := e.engine.EvaluateScoped(ctx, req, scopes)
-	if d.Allowed() && d.Source == hostpolicy.SourceDecider {
-		// A review may have taken minutes: a narrower policy installed
-		// meanwhile applies to its answer too.
-		if now := e.scopes.For(req.ExecutionID, req.SessionID); !sameScopes(scopes, now) {
-			scopes = now
-			d = hostpolicy.ApplyScopes(d, scopes)
-		}
-	}
-	return e.judgeShadow(req, d, scopes, false)
+	return e.Run(ctx, req, hostpolicy.RunOptions{})
 }
 
-func sameScopes(a, b []*hostpolicy.Scope) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// InnerDecision judges one request inside an intercepted tunnel.
-func (e *Evaluator) InnerDecision(ctx context.Context, req hostpolicy.Request) hostpolicy.Decision {
-	scopes := e.scopes.For(req.ExecutionID, req.SessionID)
-	d := e.engine.InnerDecisionScoped(ctx, req, scopes)
-	return e.judgeShadow(req, d, scopes, true)
-}
-
-func (e *Evaluator) judgeShadow(req hostpolicy.Request, live hostpolicy.Decision, scopes []*hostpolicy.Scope, inner bool) hostpolicy.Decision {
+func (e *Evaluator) judgeShadow(req hostpolicy.Request, live hostpolicy.Decision, inner bool) hostpolicy.Decision {
 	cand := e.shadow.candidate()
 	if cand == nil {
 		return live
 	}
+	scopes := e.scopes.For(req.ExecutionID, req.SessionID)
 	p := e.engine.Shadow(cand, req, live, hostpolicy.PredictOptions{Approvals: e.approvals, Scopes: scopes, Inner: inner})
 	if p.Verdict == live.Verdict {
 		return live
@@ -85,17 +80,4 @@ func (e *Evaluator) judgeShadow(req hostpolicy.Request, live hostpolicy.Decision
 	}
 	e.shadow.record(host, live, p)
 	return live
-}
-
-// Recheck re-judges an unattributed open connection: the host-wide chain
-// and the default session's policy.
-func (e *Evaluator) Recheck(host string, port int, addrs []netip.Addr) hostpolicy.Decision {
-	return e.RecheckConn(host, port, addrs, "", "")
-}
-
-// RecheckConn re-judges an open connection of an execution/session
-// against the current host-wide snapshot and its scopes, without any DNS
-// query; a scope block is policy_denied.
-func (e *Evaluator) RecheckConn(host string, port int, addrs []netip.Addr, executionID, sessionID string) hostpolicy.Decision {
-	return e.engine.RecheckScoped(host, port, addrs, e.scopes.For(executionID, sessionID))
 }

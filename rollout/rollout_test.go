@@ -3,14 +3,11 @@ package rollout
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/netproxy/netproxy/attribution"
 	"github.com/netproxy/netproxy/hostpolicy"
 )
 
@@ -90,69 +87,6 @@ func TestShadowSummaryIsBounded(t *testing.T) {
 	s := sh.Summary()
 	if len(s.Hosts) != 3 || s.Other == nil || s.Other.AllowBlock != 998 || s.Disagreements != 1001 {
 		t.Fatalf("hosts %d other %+v total %d", len(s.Hosts), s.Other, s.Disagreements)
-	}
-}
-
-func TestScopesForExecutionAndSession(t *testing.T) {
-	s := NewScopes()
-	kicks := 0
-	s.Subscribe(func() { kicks++ })
-	if s.For("e1", "s1") != nil {
-		t.Fatal("scopes without any policy")
-	}
-	s.ExecutionChanged(attribution.ExecutionStarted, attribution.Execution{ID: "e1", Network: &attribution.NetworkPolicy{Allow: []string{"up.test"}}})
-	// A policy that somehow does not compile fails closed.
-	s.ExecutionChanged(attribution.ExecutionStarted, attribution.Execution{ID: "e2", Network: &attribution.NetworkPolicy{Allow: []string{"a/b"}}})
-	sc, _ := hostpolicy.BuildScope(hostpolicy.LevelSession, hostpolicy.ScopeSpec{Deny: []string{"x.test"}})
-	s.SetSession("s1", sc)
-	if got := s.For("e1", "s1"); len(got) != 2 || got[0].Level() != "session" || got[1].Level() != "execution" {
-		t.Fatalf("For = %v", got)
-	}
-	e := hostpolicy.NewEngine(build(t, map[string]string{"up.test": "allow", "other.test": "allow"}), nil)
-	if d := e.EvaluateScoped(context.Background(), req("up.test"), s.For("e2", "")); d.Reason != hostpolicy.ReasonPolicyDenied {
-		t.Fatalf("uncompilable execution policy did not fail closed: %s", d.Reason)
-	}
-	s.ExecutionChanged(attribution.ExecutionEnded, attribution.Execution{ID: "e1"})
-	if got := s.For("e1", "s1"); len(got) != 1 {
-		t.Fatalf("after end: %v", got)
-	}
-	// Unattributed requests belong to the default session.
-	s.SetSession(attribution.DefaultSession, sc)
-	if got := s.For("", ""); len(got) != 1 {
-		t.Fatalf("default session: %v", got)
-	}
-	if kicks != 2 {
-		t.Fatalf("kicks %d", kicks)
-	}
-}
-
-func TestSessionNetworkAPI(t *testing.T) {
-	ev := NewEvaluator(hostpolicy.NewEngine(build(t, map[string]string{"up.test": "allow", "bad.test": "deny"}), nil), nil, nil, false)
-	mux := http.NewServeMux()
-	for _, m := range []string{"GET", "PUT", "DELETE"} {
-		mux.Handle(m+" /v1/sessions/{id}/network", ev.SessionNetwork())
-	}
-	do := func(method, body string) (int, string) {
-		rec := httptest.NewRecorder()
-		mux.ServeHTTP(rec, httptest.NewRequest(method, "/v1/sessions/s1/network", strings.NewReader(body)))
-		return rec.Code, rec.Body.String()
-	}
-	if c, b := do("PUT", `{"allow":["bad.test"],"mode":"limited"}`); c != 200 || !strings.Contains(b, "no effect") {
-		t.Fatalf("PUT: %d %s", c, b)
-	}
-	if c, b := do("GET", ""); c != 200 || !strings.Contains(b, `"mode":"limited"`) {
-		t.Fatalf("GET: %d %s", c, b)
-	}
-	for _, bad := range []string{`{"allow":["a/b"]}`, `{"allow":"x"}`, `{"nope":1}`, `{} {}`} {
-		if c, _ := do("PUT", bad); c != 400 {
-			t.Fatalf("PUT %s: %d", bad, c)
-		}
-	}
-	if c, _ := do("DELETE", ""); c != 204 {
-		t.Fatalf("DELETE: %d", c)
-	}
-	if c, _ := do("GET", ""); c != 404 {
-		t.Fatalf("GET after DELETE: %d", c)
 	}
 }
 

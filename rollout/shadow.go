@@ -1,6 +1,8 @@
 package rollout
 
 import (
+	"encoding/json"
+	"net/http"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -287,4 +289,17 @@ func (r *hostRow) flipsOf(host string) (HostFlips, bool) {
 		return hf.Reasons[i].Reason+hf.Reasons[i].Pattern < hf.Reasons[j].Reason+hf.Reasons[j].Pattern
 	})
 	return hf, true
+}
+
+// ShadowAPI serves GET /api/shadow (admin listener, bearer token).
+func (e *Evaluator) ShadowAPI() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sum := Summary{Status: "off", Hosts: []HostFlips{}}
+		if e.shadow != nil {
+			sum = e.shadow.Summary()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		json.NewEncoder(w).Encode(sum)
+	})
 }

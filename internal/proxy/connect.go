@@ -40,7 +40,7 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 		writeBlockedText(bw, d)
 		return false
 	}
-	if intercepts(d) {
+	if d.Intercept {
 		var early []byte
 		if n := br.Buffered(); n > 0 {
 			early, _ = br.Peek(n)

@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"log/slog"
-	"net"
 	"strings"
 	"time"
 
@@ -15,9 +14,14 @@ import (
 	"github.com/netproxy/netproxy/mitm"
 )
 
-// Evaluator is the decision chain (a *hostpolicy.Engine).
-type Evaluator interface {
-	Evaluate(ctx context.Context, req hostpolicy.Request) hostpolicy.Decision
+// Pipeline is the one decision pipeline (hostpolicy/pipeline.go): serve
+// wires a *rollout.Evaluator (the engine with the request's narrower
+// policies and the shadow candidate); a *hostpolicy.Engine serves too.
+// Every decision of the data path is one call: an outer request with the
+// proxy's admission stage (admission.go), an inner request of an
+// intercepted tunnel, and the re-check of an open connection (recheck.go).
+type Pipeline interface {
+	Run(ctx context.Context, req hostpolicy.Request, o hostpolicy.RunOptions) hostpolicy.Decision
 }
 
 // Executions is what the data path needs from the execution registry.
@@ -50,9 +54,11 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// Core is what both front ends share: the chain, the dialer, the sinks.
+// Core is what both front ends share: the pipeline, the dialer, the sinks.
 type Core struct {
-	Engine     Evaluator
+	// Pipeline decides every request and re-checks open connections
+	// after a change (SPEC §3.9); nil: every request is refused.
+	Pipeline   Pipeline
 	Dialer     *Dialer
 	Executions Executions
 	Sink       observe.DecisionSink
@@ -67,13 +73,10 @@ type Core struct {
 	// credential's hosts is intercepted (with MITM), and every forwarded
 	// request's placeholders are replaced or blocked (docs/credentials.md).
 	Credentials *credentials.Broker
-	// Recheck judges open connections after a change (SPEC §3.9); nil:
-	// open connections are never re-checked.
-	Recheck Rechecker
 	// Closed receives every connection closed by a change (the audit).
 	Closed observe.ConnectionSink
 	// Parker, when set, takes the quiet directions of every tunnel off
-	// their goroutines (park.go); nil: they keep them.
+	// their goroutines (tunnelpark.go); nil: they keep them.
 	Parker *Parker
 	// Instance is this process's random id: forwarded plain-HTTP requests
 	// carry "Via: 1.1 netproxy-<Instance>", and a request that arrives
@@ -109,15 +112,19 @@ func (c *Core) stillAttributed(conn *Conn) bool {
 	return ok
 }
 
-// decide runs the chain and reports the finished decision to the sinks.
+// decide runs the pipeline for an outer request, with this proxy's
+// admission as its last stage, and reports the decision to the sinks.
 func (c *Core) decide(ctx context.Context, req hostpolicy.Request) hostpolicy.Decision {
+	return c.run(ctx, req, hostpolicy.RunOptions{Admit: c})
+}
+
+// run runs the pipeline and reports the finished decision to the sinks.
+func (c *Core) run(ctx context.Context, req hostpolicy.Request, o hostpolicy.RunOptions) hostpolicy.Decision {
 	start := time.Now()
-	d := c.mitmAdmit(req, c.Engine.Evaluate(ctx, req))
-	if d.Allowed() && c.Dialer != nil && c.Dialer.Self().ContainsAny(d.Addrs, d.Port) {
-		// SPEC §3.5: never dial a listener of this process, whatever
-		// allowed it (allow_local_binding, an allow-listed 127.0.0.1).
-		d.Verdict, d.Reason, d.Source = hostpolicy.Deny, hostpolicy.ReasonNotAllowedLocal, hostpolicy.SourceBaseline
-		d.Steps = append(d.Steps, hostpolicy.Step{Step: "local_guard", Result: "block", Detail: "netproxy's own listen address"})
+	// No pipeline wired: nothing may pass.
+	d := hostpolicy.Decision{Verdict: hostpolicy.Deny, Reason: hostpolicy.ReasonProxyDisabled, Source: hostpolicy.SourceProxyState}
+	if c.Pipeline != nil {
+		d = c.Pipeline.Run(ctx, req, o)
 	}
 	if d.Host == "" {
 		// Normalisation failed: report what the client asked for.
@@ -132,64 +139,4 @@ func (c *Core) decide(ctx context.Context, req hostpolicy.Request) hostpolicy.De
 	}
 	// Logging the decision is a sink's job too (logging.DecisionLog).
 	return d
-}
-
-// sameHost compares a host from a URL or header with a decision's
-// normalised host.
-func sameHost(a, b string) bool {
-	na, err := hostpolicy.Normalize(a)
-	if err != nil {
-		return false
-	}
-	nb, err := hostpolicy.Normalize(b)
-	if err != nil {
-		return false
-	}
-	return na == nb
-}
-
-// splitHostPort splits "host[:port]" (IPv6 in brackets) with a default port.
-func splitHostPort(hp string, def uint16) (string, uint16, bool) {
-	if hp == "" {
-		return "", 0, false
-	}
-	host, portStr, err := net.SplitHostPort(hp)
-	if err != nil {
-		// No port.
-		if strings.HasPrefix(hp, "[") && strings.HasSuffix(hp, "]") {
-			return hp[1 : len(hp)-1], def, hp != "[]"
-		}
-		if strings.Contains(hp, ":") && strings.Count(hp, ":") > 1 {
-			return hp, def, true // bare IPv6
-		}
-		if strings.Contains(hp, ":") {
-			return "", 0, false
-		}
-		return hp, def, true
-	}
-	if portStr == "" {
-		return host, def, host != ""
-	}
-	p, ok := parsePort(portStr)
-	if !ok {
-		return "", 0, false
-	}
-	return host, p, host != ""
-}
-
-func parsePort(s string) (uint16, bool) {
-	if s == "" || len(s) > 5 {
-		return 0, false
-	}
-	n := 0
-	for _, ch := range s {
-		if ch < '0' || ch > '9' {
-			return 0, false
-		}
-		n = n*10 + int(ch-'0')
-	}
-	if n < 1 || n > 65535 {
-		return 0, false
-	}
-	return uint16(n), true
 }

@@ -4,46 +4,12 @@ import (
 	"bufio"
 	"context"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/netproxy/netproxy/credentials"
 	"github.com/netproxy/netproxy/hostpolicy"
 	"github.com/netproxy/netproxy/internal/observe"
 )
-
-// credentialStepDetail marks a CONNECT (or SOCKS5 to port 443) that is
-// intercepted only because its host has a credential.
-const credentialStepDetail = "credential interception"
-
-// credentialAdmit turns an allowed CONNECT, or SOCKS5 to port 443, toward a
-// credential's host into an intercepted one, whatever the mode: the broker
-// must see the request to inject the secret. Without an interceptor
-// nothing changes (config refuses credentials without [mitm]).
-func (c *Core) credentialAdmit(req hostpolicy.Request, d hostpolicy.Decision) hostpolicy.Decision {
-	if !d.Allowed() || d.Intercept || c.Credentials == nil || c.MITM == nil || c.Credentials.Len() == 0 {
-		return d
-	}
-	switch {
-	case req.Protocol == hostpolicy.ProtoHTTPS && strings.EqualFold(req.Method, http.MethodConnect):
-	case req.Protocol == hostpolicy.ProtoSOCKS5 && d.Port == 443:
-	default:
-		return d
-	}
-	if !c.Credentials.Intercepts(d.Host) {
-		return d
-	}
-	d.Intercept = true
-	d.Steps = append(d.Steps, hostpolicy.Step{Step: hostpolicy.StepMode, Result: hostpolicy.ResultPass, Detail: credentialStepDetail})
-	return d
-}
-
-// credentialOnly reports whether credentialAdmit (not limited mode) made
-// the decision intercept.
-func credentialOnly(d hostpolicy.Decision) bool {
-	n := len(d.Steps)
-	return n > 0 && d.Steps[n-1].Detail == credentialStepDetail
-}
 
 // credentialCheck runs the broker on one request about to be forwarded to
 // host: the placeholder in the credential's header becomes the secret, or

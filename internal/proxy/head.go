@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"strings"
+
+	"github.com/netproxy/netproxy/hostpolicy"
 )
 
 // Request heads (SPEC §7.2): a head may take at most max_header_bytes
@@ -203,4 +206,67 @@ func rawHostHeader(raw []byte) string {
 	s := headScanner{maxBytes: len(raw) + 1, maxLines: len(raw) + 1}
 	s.begin(raw)
 	return s.hostValue()
+}
+
+// Request targets: the host and port of an absolute-form URL, a Host
+// header or a CONNECT authority.
+
+// sameHost compares a host from a URL or header with a decision's
+// normalised host.
+func sameHost(a, b string) bool {
+	na, err := hostpolicy.Normalize(a)
+	if err != nil {
+		return false
+	}
+	nb, err := hostpolicy.Normalize(b)
+	if err != nil {
+		return false
+	}
+	return na == nb
+}
+
+// splitHostPort splits "host[:port]" (IPv6 in brackets) with a default port.
+func splitHostPort(hp string, def uint16) (string, uint16, bool) {
+	if hp == "" {
+		return "", 0, false
+	}
+	host, portStr, err := net.SplitHostPort(hp)
+	if err != nil {
+		// No port.
+		if strings.HasPrefix(hp, "[") && strings.HasSuffix(hp, "]") {
+			return hp[1 : len(hp)-1], def, hp != "[]"
+		}
+		if strings.Contains(hp, ":") && strings.Count(hp, ":") > 1 {
+			return hp, def, true // bare IPv6
+		}
+		if strings.Contains(hp, ":") {
+			return "", 0, false
+		}
+		return hp, def, true
+	}
+	if portStr == "" {
+		return host, def, host != ""
+	}
+	p, ok := parsePort(portStr)
+	if !ok {
+		return "", 0, false
+	}
+	return host, p, host != ""
+}
+
+func parsePort(s string) (uint16, bool) {
+	if s == "" || len(s) > 5 {
+		return 0, false
+	}
+	n := 0
+	for _, ch := range s {
+		if ch < '0' || ch > '9' {
+			return 0, false
+		}
+		n = n*10 + int(ch-'0')
+	}
+	if n < 1 || n > 65535 {
+		return 0, false
+	}
+	return uint16(n), true
 }

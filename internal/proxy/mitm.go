@@ -5,62 +5,18 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/netproxy/netproxy/hostpolicy"
-	"github.com/netproxy/netproxy/internal/observe"
 	"github.com/netproxy/netproxy/mitm"
 )
 
-// hostChecker is what inner-request re-checks need from the engine (a
-// *hostpolicy.Engine): the host chain and the mode guard of one inner
-// request.
-type hostChecker interface {
-	InnerDecision(ctx context.Context, req hostpolicy.Request) hostpolicy.Decision
-}
-
-// mitmAdmit checks the engine's MITM admission (hostpolicy sets Intercept
-// on an allowed limited-mode CONNECT, keeping the decision's own source):
-// without an interceptor, or without a way to re-check inner requests, it
-// fails closed with mitm_required.
-func (c *Core) mitmAdmit(req hostpolicy.Request, d hostpolicy.Decision) hostpolicy.Decision {
-	d = c.credentialAdmit(req, d)
-	if !d.Intercept {
-		return d
-	}
-	if _, ok := c.Engine.(hostChecker); ok && c.MITM != nil {
-		return d
-	}
-	d.Verdict, d.Reason, d.Source, d.Intercept = hostpolicy.Deny, hostpolicy.ReasonMITMRequired, hostpolicy.SourceModeGuard, false
-	d.Steps = append(d.Steps, hostpolicy.Step{Step: hostpolicy.StepMode, Result: hostpolicy.ResultBlock, Detail: "limited: no interceptor"})
-	return d
-}
-
-func intercepts(d hostpolicy.Decision) bool { return d.Intercept }
-
-// decideInner re-checks one intercepted request: the host chain (no
-// decider: the CONNECT already consulted it), then the method under the
-// mode guard. The decision goes to the sinks with protocol https.
+// decideInner re-checks one intercepted request: the pipeline's inner
+// preset (the host chain and the narrower policies, no decider: the
+// CONNECT already consulted it; then the method under the mode guard). The
+// decision goes to the sinks with protocol https.
 func (c *Core) decideInner(ctx context.Context, req hostpolicy.Request) hostpolicy.Decision {
-	hc, ok := c.Engine.(hostChecker)
-	start := time.Now()
-	var d hostpolicy.Decision
-	if !ok {
-		d = hostpolicy.Decision{Verdict: hostpolicy.Deny, Reason: hostpolicy.ReasonMITMRequired, Source: hostpolicy.SourceModeGuard}
-	} else {
-		d = hc.InnerDecision(ctx, req)
-	}
-	if d.Host == "" {
-		d.Host = strings.ToLower(req.Host)
-	}
-	if d.Port == 0 {
-		d.Port = req.Port
-	}
-	if c.Sink != nil {
-		c.Sink.ObserveDecision(observe.DecisionEvent{Time: start, Request: req, Decision: d, Elapsed: time.Since(start)})
-	}
-	return d
+	return c.run(ctx, req, hostpolicy.RunOptions{Inner: true})
 }
 
 // serveMITM answers an admitted limited-mode CONNECT with 200 and hands
@@ -91,7 +47,7 @@ func (h *HTTPProxy) serveMITM(ctx context.Context, c *Conn, bw interface {
 func (c *Core) mitmTunnel(conn *Conn, client net.Conn, d hostpolicy.Decision, proto hostpolicy.Protocol) *mitm.Tunnel {
 	target := TargetOf(d)
 	host, port := d.Host, d.Port
-	credOnly := credentialOnly(d)
+	credOnly := d.Cause == hostpolicy.CauseCredential
 	return &mitm.Tunnel{
 		Client: client,
 		Host:   host, Port: port,

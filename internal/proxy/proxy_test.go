@@ -117,14 +117,13 @@ func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackPar
 		sink = observe.Fanout{s, parts.sink}
 	}
 	core := &Core{
-		Engine:     eng,
+		Pipeline:   eng,
 		Dialer:     &Dialer{ConnectTimeout: 2 * time.Second, Parent: parts.parent, AllowLocalBinding: allowLocal, Resolver: eng.Resolver()},
 		Executions: s.registry,
 		Sink:       sink,
 		Tracker:    s.tracker,
 		Limits:     limits,
 		MITM:       parts.mitm,
-		Recheck:    eng,
 		Instance:   testInstance,
 	}
 	core.Credentials = parts.creds // the credential broker

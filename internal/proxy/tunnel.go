@@ -22,7 +22,7 @@ import (
 // runtime turns into splice(2). The runtime's splice keeps a pipe (two
 // descriptors) for as long as it waits, so a direction quiet for a second
 // gives it back and waits for readability without one; quiet for
-// Parker.After, it gives up its goroutine too and is parked (park.go).
+// Parker.After, it gives up its goroutine too and is parked (tunnelpark.go).
 type Tunnel struct {
 	Client, Upstream *net.TCPConn
 	// Early holds client bytes already read past the request (e.g. a TLS

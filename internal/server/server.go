@@ -1,11 +1,13 @@
-// Package server wires netproxy's long-running process together: it
-// compiles the policy, builds the decision engine, the execution registry,
-// the HTTP and SOCKS5 front ends, the admin listener and the control socket,
-// and owns start, reload and graceful shutdown.
+// Package server builds netproxy's long-running process in one place
+// (Assemble, assemble.go, in a stated order): the policy and the decision
+// pipeline, the execution registry, the HTTP and SOCKS5 front ends, the
+// admin listener and the control socket (New, this file), then the audit
+// log, the cluster, the approval service and the web UI on them; and it
+// owns start, reload and graceful shutdown.
 //
-// Other parts plug in through Options and the accessors (Registry, Engine,
-// Admin, SetDecider, SetControlApprovals, AddSink) — never by editing the
-// data path. It must never log the admin token or an execution token.
+// Tests build a bare Server with New and plug parts in through the
+// accessors (SetDecider, SetControlApprovals, AddSink) — never by editing
+// the data path. It must never log the admin token or an execution token.
 package server
 
 import (
@@ -62,8 +64,9 @@ type Server struct {
 	decider *deciderSlot
 	// eval is the data path's chain: engine narrowed by per-execution and
 	// per-session policies, with the [shadow] candidate judged beside it.
-	eval   *rollout.Evaluator
-	shadow *rollout.Shadow
+	eval     *rollout.Evaluator
+	shadow   *rollout.Shadow
+	scopeAPI scopeAPI
 	// mitmOn: an interceptor was built at start ([mitm] enabled); reloads
 	// keep it (a restart changes it).
 	mitmOn   bool
@@ -117,32 +120,52 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, opts: opts, logger: logger, meter: opts.Metrics, ctlApprv: opts.ApprovalsControl}
 	s.liveCfg.Store(cfg)
+	// In this order: the policy and everything that decides (the pipeline
+	// and its parts), the admin router, then the data path on them.
+	if err := s.buildPolicy(cfg); err != nil {
+		return nil, err
+	}
+	if err := s.buildAdmin(cfg); err != nil {
+		return nil, err
+	}
+	if err := s.buildDataPath(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
 
+// buildPolicy builds the policy snapshot, the engine (with the decider
+// slot when approvals are on), the credential broker, the execution
+// registry, the narrower-policy store, the shadow candidate, and the data
+// path's evaluator over them.
+func (s *Server) buildPolicy(cfg *config.Config) error {
 	s.mitmOn = cfg.MITM.Enabled
 	pol, err := loadPolicy(cfg, s.mitmOn)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var decider hostpolicy.Decider
 	if cfg.Approvals.Enabled {
 		// The approval service is built on this server's registry and
-		// engine, so it is installed after New with SetDecider — the one
-		// late binding of serve (SPEC §5: until then not_allowed denies).
+		// engine and amends the engine, so it is installed after New with
+		// SetDecider (Assemble, step 5) — a real cycle and the one late
+		// binding of the decision path (SPEC §5: until then not_allowed
+		// denies).
 		s.decider = &deciderSlot{}
 		decider = s.decider
 	}
 	s.engine = hostpolicy.NewEngine(pol, decider)
 	credSet, err := loadCredentials(cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := protectSecrets(credSet); err != nil {
-		return nil, err
+		return err
 	}
 	s.creds = credentials.NewBroker(credSet)
 	ca, err := credentialCA(cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.caPEM.Store(ca)
 	s.recordPatterns(pol)
@@ -152,9 +175,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.registry.OnChange(func(string, attribution.Execution) {
 		s.meter.ExecutionsActive(len(s.registry.Active()))
 	})
-	scopes := rollout.NewScopes()
+	scopes := hostpolicy.NewScopes(attribution.DefaultSession)
+	s.scopeAPI = scopeAPI{engine: s.engine, scopes: scopes}
 	// Compiles an execution's narrower policy before its token is returned.
-	s.registry.OnChange(scopes.ExecutionChanged)
+	s.registry.OnChange(s.scopeAPI.executionChanged)
 	s.shadow = rollout.NewShadow(s.meter, cfg.Metrics.MaxHostLabels)
 	s.loadShadow(cfg)
 	s.eval = rollout.NewEvaluator(s.engine, scopes, s.shadow, cfg.Approvals.Enabled)
@@ -164,17 +188,22 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		sinks = append(sinks, s.meter)
 	}
 	sinks = append(sinks, executionEvents{s.registry})
-	sinks = append(sinks, opts.Sinks...)
+	sinks = append(sinks, s.opts.Sinks...)
 	s.sinks.Store(&sinks)
 
-	s.token = opts.AdminToken
+	return nil
+}
+
+// buildAdmin builds the admin router and its own routes.
+func (s *Server) buildAdmin(cfg *config.Config) error {
+	s.token = s.opts.AdminToken
 	if s.token == "" && cfg.Admin.TokenEnv != "" {
 		s.token = lookupEnv(cfg.Admin.TokenEnv)
 	}
 	if s.token == "" {
 		var b [24]byte
 		if _, err := rand.Read(b[:]); err != nil {
-			return nil, err
+			return err
 		}
 		s.token, s.tokenGen = hex.EncodeToString(b[:]), true
 	}
@@ -190,12 +219,20 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.admin.HandleAPI("POST /api/reload", http.HandlerFunc(s.apiReload))
 	s.admin.HandleAPI("GET /api/shadow", s.eval.ShadowAPI())
 	for _, m := range []string{"GET", "PUT", "DELETE"} {
-		s.HandleControl(m+" /v1/sessions/{id}/network", s.eval.SessionNetwork())
+		s.HandleControl(m+" /v1/sessions/{id}/network", s.scopeAPI.sessionNetwork())
 	}
 
+	return nil
+}
+
+// buildDataPath builds the dialer, the proxy core with its MITM
+// interceptor, the HTTP and SOCKS5 front ends, and the re-check loop that
+// every change kicks.
+func (s *Server) buildDataPath(cfg *config.Config) error {
+	opts, logger := s.opts, s.logger
 	parent, err := proxy.ParseParent(cfg.Network.UpstreamProxy)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.tracker = proxy.NewTracker(cfg.Limits.MaxConnections, s.meter)
 	s.dialer = &proxy.Dialer{
@@ -208,21 +245,20 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	instance, err := proxy.NewInstanceID()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.dialer.Via = proxy.ViaValue(instance)
 	// Quiet tunnel directions wait here without a goroutine (idle tunnels
 	// cost their sockets and a few hundred bytes); closed by Shutdown.
 	parker, err := proxy.NewParker()
 	if err != nil {
-		return nil, fmt.Errorf("tunnel parker: %w", err)
+		return fmt.Errorf("tunnel parker: %w", err)
 	}
 	core := &proxy.Core{
 		Parker:     parker,
-		Recheck:    s.eval,
 		Closed:     opts.ConnectionSink,
 		Instance:   instance,
-		Engine:     s.eval,
+		Pipeline:   s.eval,
 		Dialer:     s.dialer,
 		Executions: s.registry,
 		Sink:       sinkFunc(s.observe),
@@ -240,18 +276,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	if cfg.MITM.Enabled {
 		// Opt-in interception of limited-mode CONNECT (docs/proxy.md).
-		ca, err := mitm.LoadAuthority(cfg.MITM.CACert, cfg.MITM.CAKey, 0)
-		if err != nil {
+		if core.MITM, err = newInterceptor(cfg); err != nil {
 			parker.Close()
-			return nil, err
+			return err
 		}
-		roots, err := mitm.UpstreamRoots(cfg.MITM.UpstreamCA)
-		if err != nil {
-			parker.Close()
-			return nil, err
-		}
-		core.MITM = &mitm.Interceptor{Authority: ca, Roots: roots, Idle: cfg.Limits.IdleTimeout.Duration,
-			MaxHeaderBytes: cfg.Limits.MaxHeaderBytes, MaxHeaders: cfg.Limits.MaxHeaders, HeaderTimeout: cfg.Limits.HeaderTimeout.Duration}
 	}
 	s.httpP = proxy.NewHTTP(core)
 	s.socksP = proxy.NewSOCKS(core)
@@ -263,7 +291,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.rechecks.Before = s.httpP.CloseIdle
 	s.engine.Subscribe(s.rechecks.Kick)
 	// A session's narrower policy reaches its open connections the same way.
-	scopes.Subscribe(s.rechecks.Kick)
+	s.scopeAPI.scopes.Subscribe(s.rechecks.Kick)
 	// SPEC §4.2: ending an execution closes its connections at once.
 	s.registry.OnChange(func(kind string, e attribution.Execution) {
 		if kind == attribution.ExecutionEnded {
@@ -272,7 +300,21 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		}
 	})
 
-	return s, nil
+	return nil
+}
+
+// newInterceptor loads [mitm]'s CA and upstream roots.
+func newInterceptor(cfg *config.Config) (*mitm.Interceptor, error) {
+	ca, err := mitm.LoadAuthority(cfg.MITM.CACert, cfg.MITM.CAKey, 0)
+	if err != nil {
+		return nil, err
+	}
+	roots, err := mitm.UpstreamRoots(cfg.MITM.UpstreamCA)
+	if err != nil {
+		return nil, err
+	}
+	return &mitm.Interceptor{Authority: ca, Roots: roots, Idle: cfg.Limits.IdleTimeout.Duration,
+		MaxHeaderBytes: cfg.Limits.MaxHeaderBytes, MaxHeaders: cfg.Limits.MaxHeaders, HeaderTimeout: cfg.Limits.HeaderTimeout.Duration}, nil
 }
 
 // LoadPolicy is the one policy builder of serve, reload and `netproxy
@@ -534,7 +576,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 
 	addrs := s.Addrs()
 	s.control = attribution.NewControlServer(s.registry, attribution.ProxyInfo{HTTP: addrs.HTTP, SOCKS5: addrs.SOCKS5}, s.ctlApprv)
-	s.control.SetNetworkCheck(s.eval.CheckExecution)
+	s.control.SetNetworkCheck(s.scopeAPI.checkExecution)
 	for _, r := range s.ctlRoutes {
 		s.control.Handle(r.pattern, r.h)
 	}

@@ -27,19 +27,6 @@ import (
 // request reads it before deciding and compares after binding, and re-checks
 // itself when a walk began in between.
 
-// Rechecker judges an open connection's pinned target against the current
-// policy without any lookup (a *hostpolicy.Engine).
-type Rechecker interface {
-	Recheck(host string, port int, addrs []netip.Addr) hostpolicy.Decision
-}
-
-// ConnRechecker is a Rechecker that also knows an attributed connection's
-// narrower policies (its execution's and session's); a target they no
-// longer allow is policy_denied.
-type ConnRechecker interface {
-	RecheckConn(host string, port int, addrs []netip.Addr, executionID, sessionID string) hostpolicy.Decision
-}
-
 // Close reasons of connection_closed (SPEC §3.9) and
 // netproxy_connections_closed_total.
 const (
@@ -115,15 +102,16 @@ func (core *Core) judge(c *Conn) (string, bool) {
 		return CloseExecutionEnded, true
 	}
 	f := c.flow.Load()
-	if f == nil || core.Recheck == nil {
+	if f == nil || core.Pipeline == nil {
 		return "", false
 	}
-	var d hostpolicy.Decision
-	if cr, ok := core.Recheck.(ConnRechecker); ok && c.Attributed {
-		d = cr.RecheckConn(f.host, int(f.port), f.addrs, c.Exec.ID, c.Exec.SessionID)
-	} else {
-		d = core.Recheck.Recheck(f.host, int(f.port), f.addrs)
+	// The pipeline's re-check preset: the flow's pinned addresses, no DNS
+	// query, no decider; the execution's and session's narrower policies.
+	req := hostpolicy.Request{Host: f.host, Port: f.port}
+	if c.Attributed {
+		req.ExecutionID, req.SessionID = c.Exec.ID, c.Exec.SessionID
 	}
+	d := core.Pipeline.Run(context.Background(), req, hostpolicy.RunOptions{Resolve: hostpolicy.ResolvePinned, Pinned: f.addrs})
 	switch d.Reason {
 	case hostpolicy.ReasonDenied, hostpolicy.ReasonNotAllowedLocal, hostpolicy.ReasonProxyDisabled, hostpolicy.ReasonPolicyDenied:
 		return string(d.Reason), true

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"fmt"
@@ -8,7 +8,6 @@ import (
 	"github.com/netproxy/netproxy/approvalsvc"
 	"github.com/netproxy/netproxy/guardian"
 	"github.com/netproxy/netproxy/internal/config"
-	"github.com/netproxy/netproxy/internal/server"
 )
 
 // setupApprovals builds the approval service on the server's registry and
@@ -21,7 +20,7 @@ import (
 // in explicitly rather than found among the server's sinks.
 //
 // coord is the cluster (nil on a single node).
-func setupApprovals(s *server.Server, auditor approvalsvc.Auditor, coord approvalsvc.Coordinator) (*approvalsvc.Service, error) {
+func (s *Server) setupApprovals(auditor approvalsvc.Auditor, coord approvalsvc.Coordinator) (*approvalsvc.Service, error) {
 	cfg := s.Config()
 	var rev guardian.Reviewer
 	if cfg.Approvals.Enabled && cfg.Approvals.Reviewer == approvalsvc.ReviewerGuardian {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -86,16 +87,16 @@ func (s *closedSink) ConnectionClosed(e observe.ConnectionClosedEvent) {
 	s.mu.Unlock()
 }
 
-// rechecker is a Rechecker over a fixed set of denied hosts.
+// rechecker is a Pipeline over a fixed set of denied hosts.
 type rechecker struct {
 	mu     sync.Mutex
 	denied map[string]bool
 }
 
-func (r *rechecker) Recheck(host string, port int, addrs []netip.Addr) hostpolicy.Decision {
+func (r *rechecker) Run(_ context.Context, req hostpolicy.Request, _ hostpolicy.RunOptions) hostpolicy.Decision {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.denied[host] {
+	if r.denied[req.Host] {
 		return hostpolicy.Decision{Verdict: hostpolicy.Deny, Reason: hostpolicy.ReasonDenied}
 	}
 	return hostpolicy.Decision{Verdict: hostpolicy.Allow}
@@ -148,7 +149,7 @@ func TestRecheckOpenClosesOnlyDenied(t *testing.T) {
 	tr := NewTracker(0, nil)
 	rc := &rechecker{denied: map[string]bool{}}
 	sink := &closedSink{}
-	core := &Core{Tracker: tr, Recheck: rc, Closed: sink}
+	core := &Core{Tracker: tr, Pipeline: rc, Closed: sink}
 	a := register(t, tr, ln, "a.test", "")
 	b := register(t, tr, ln, "b.test", "")
 	idle := register(t, tr, ln, "", "") // keep-alive with no request yet
@@ -199,7 +200,7 @@ func TestBindAfterAChangeRechecksItself(t *testing.T) {
 	defer ln.Close()
 	tr := NewTracker(0, nil)
 	rc := &rechecker{denied: map[string]bool{}}
-	core := &Core{Tracker: tr, Recheck: rc}
+	core := &Core{Tracker: tr, Pipeline: rc}
 	c := register(t, tr, ln, "", "")
 	gen := c.generation()
 	// The policy changes and the walk runs while the request is decided.
@@ -257,7 +258,7 @@ func BenchmarkReloadRecheck10kTunnels(b *testing.B) {
 		b.StopTimer()
 		eng.Swap(compile("before.toml"))
 		tr := NewTracker(0, nil)
-		core := &Core{Tracker: tr, Recheck: eng}
+		core := &Core{Tracker: tr, Pipeline: eng}
 		for j := 0; j < tunnels; j++ {
 			register(b, tr, ln, "", "").flow.Store(&flow{host: fmt.Sprintf("t%05d.example", j), port: 443,
 				addrs: []netip.Addr{netip.MustParseAddr("93.184.216.34")}, proto: hostpolicy.ProtoHTTPS})
@@ -285,7 +286,7 @@ func BenchmarkBindPlainSameTarget(b *testing.B) {
 	ln := closingListener(b)
 	defer ln.Close()
 	tr := NewTracker(0, nil)
-	core := &Core{Tracker: tr, Recheck: &rechecker{}}
+	core := &Core{Tracker: tr, Pipeline: &rechecker{}}
 	c := register(b, tr, ln, "", "")
 	d := hostpolicy.Decision{Verdict: hostpolicy.Allow, Host: "up.test", Port: 80, Addrs: []netip.Addr{netip.MustParseAddr("93.184.216.34")}}
 	b.ReportAllocs()

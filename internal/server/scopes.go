@@ -1,4 +1,8 @@
-package rollout
+package server
+
+// The control API of the narrower network policies (the pipeline's scopes
+// stage, hostpolicy.Scopes): an execution's policy compiled from its
+// registration, and PUT/GET/DELETE /v1/sessions/{id}/network.
 
 import (
 	"encoding/json"
@@ -16,14 +20,54 @@ const maxPolicyBody = 1 << 20
 // maxSessionID bounds a session id in a path.
 const maxSessionID = 256
 
-// CheckExecution validates an execution's narrower policy (the control
+// scopeAPI serves the narrower policies of one engine's pipeline.
+type scopeAPI struct {
+	engine *hostpolicy.Engine
+	scopes *hostpolicy.Scopes
+}
+
+// specOf maps the control API's policy onto hostpolicy's.
+func specOf(p attribution.NetworkPolicy) hostpolicy.ScopeSpec {
+	return hostpolicy.ScopeSpec{Allow: p.Allow, Deny: p.Deny, Mode: p.Mode}
+}
+
+// denyAll is a scope that blocks everything: what an execution whose
+// policy cannot be compiled gets (fail closed).
+func denyAll(level string) *hostpolicy.Scope {
+	sc, err := hostpolicy.BuildScope(level, hostpolicy.ScopeSpec{Allow: []string{"invalid.invalid"}})
+	if err != nil {
+		panic("server: deny-all scope: " + err.Error())
+	}
+	return sc
+}
+
+// executionChanged is the registry hook: a started execution's policy is
+// compiled before its token is returned, an ended one's dropped.
+func (a scopeAPI) executionChanged(kind string, e attribution.Execution) {
+	switch kind {
+	case attribution.ExecutionStarted:
+		if e.Network == nil {
+			return
+		}
+		sc, err := hostpolicy.BuildScope(hostpolicy.LevelExecution, specOf(*e.Network))
+		if err != nil {
+			// Validated at registration; if it still fails, fail closed.
+			sc = denyAll(hostpolicy.LevelExecution)
+		}
+		a.scopes.SetExecution(e.ID, sc)
+	case attribution.ExecutionEnded:
+		a.scopes.SetExecution(e.ID, nil)
+	}
+}
+
+// checkExecution validates an execution's narrower policy (the control
 // API's registration hook) and returns what in it has no effect.
-func (e *Evaluator) CheckExecution(p attribution.NetworkPolicy) ([]string, error) {
-	spec := SpecOf(p)
+func (a scopeAPI) checkExecution(p attribution.NetworkPolicy) ([]string, error) {
+	spec := specOf(p)
 	if _, err := hostpolicy.BuildScope(hostpolicy.LevelExecution, spec); err != nil {
 		return nil, err
 	}
-	return e.engine.Snapshot().Notes(spec), nil
+	return a.engine.Snapshot().Notes(spec), nil
 }
 
 // sessionAnswer is the answer of the session policy routes.
@@ -33,11 +77,11 @@ type sessionAnswer struct {
 	Notes     []string                   `json:"notes,omitempty"`
 }
 
-// SessionNetwork serves PUT, GET and DELETE /v1/sessions/{id}/network on
+// sessionNetwork serves PUT, GET and DELETE /v1/sessions/{id}/network on
 // the control socket. PUT replaces the session's policy (every request of
 // the session must pass it, from now on and on open connections, which
 // are re-checked); DELETE removes it.
-func (e *Evaluator) SessionNetwork() http.Handler {
+func (a scopeAPI) sessionNetwork() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
 		if id == "" || len(id) > maxSessionID || strings.ContainsAny(id, "\x00\r\n") {
@@ -46,7 +90,7 @@ func (e *Evaluator) SessionNetwork() http.Handler {
 		}
 		switch r.Method {
 		case http.MethodGet:
-			sc, ok := e.scopes.Session(id)
+			sc, ok := a.scopes.Session(id)
 			if !ok {
 				writeError(w, http.StatusNotFound, "no network policy for this session")
 				return
@@ -54,11 +98,11 @@ func (e *Evaluator) SessionNetwork() http.Handler {
 			spec := sc.Spec()
 			writeJSON(w, http.StatusOK, sessionAnswer{SessionID: id, Network: &attribution.NetworkPolicy{Allow: spec.Allow, Deny: spec.Deny, Mode: spec.Mode}})
 		case http.MethodDelete:
-			if _, ok := e.scopes.Session(id); !ok {
+			if _, ok := a.scopes.Session(id); !ok {
 				writeError(w, http.StatusNotFound, "no network policy for this session")
 				return
 			}
-			e.scopes.SetSession(id, nil)
+			a.scopes.SetSession(id, nil)
 			w.WriteHeader(http.StatusNoContent)
 		case http.MethodPut:
 			var p attribution.NetworkPolicy
@@ -72,30 +116,19 @@ func (e *Evaluator) SessionNetwork() http.Handler {
 				writeError(w, http.StatusBadRequest, "request body must hold one JSON object")
 				return
 			}
-			spec := SpecOf(p)
+			spec := specOf(p)
 			sc, err := hostpolicy.BuildScope(hostpolicy.LevelSession, spec)
 			if err != nil {
 				writeError(w, http.StatusBadRequest, "network: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 				return
 			}
-			notes := e.engine.Snapshot().Notes(spec)
-			e.scopes.SetSession(id, sc)
+			notes := a.engine.Snapshot().Notes(spec)
+			a.scopes.SetSession(id, sc)
 			writeJSON(w, http.StatusOK, sessionAnswer{SessionID: id, Network: &p, Notes: notes})
 		default:
 			w.Header().Set("Allow", "GET, PUT, DELETE")
 			writeError(w, http.StatusMethodNotAllowed, "use GET, PUT or DELETE")
 		}
-	})
-}
-
-// ShadowAPI serves GET /api/shadow (admin listener, bearer token).
-func (e *Evaluator) ShadowAPI() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if e.shadow == nil {
-			writeJSON(w, http.StatusOK, Summary{Status: "off", Hosts: []HostFlips{}})
-			return
-		}
-		writeJSON(w, http.StatusOK, e.shadow.Summary())
 	})
 }
 

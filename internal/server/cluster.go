@@ -1,21 +1,20 @@
-package main
+package server
 
 import (
 	"context"
-	"log/slog"
 	"path/filepath"
 
 	"github.com/netproxy/netproxy/approvalsvc"
 	"github.com/netproxy/netproxy/cluster"
 	"github.com/netproxy/netproxy/internal/config"
-	"github.com/netproxy/netproxy/internal/server"
 )
 
 // openCluster joins the cluster named by [cluster] (nil, nil when cluster
 // mode is off): executions, amendments (mirrored into this host's rules
 // file) and /readyz are wired here; the approval service is attached by
 // the caller once built.
-func openCluster(s *server.Server, logger *slog.Logger) (*cluster.Cluster, error) {
+func (s *Server) openCluster() (*cluster.Cluster, error) {
+	logger := s.logger
 	cs := s.Config().Cluster.Settings()
 	if !cs.Enabled() {
 		return nil, nil

@@ -1,16 +1,8 @@
-// Package proxy owns netproxy's data path: admission of every accepted
-// connection (connection limit, attribution frame), the HTTP/CONNECT and
-// SOCKS5 front ends, the one pinned dialer, the byte-copying tunnels (with
-// the parker that holds their quiet directions without a goroutine,
-// park.go), and the registry of open connections that every policy change,
-// kill switch and execution revocation re-checks (flows.go).
-//
-// Every request goes through the one decision chain (hostpolicy) before any
-// upstream byte is sent; this package must never resolve or dial a target the
-// chain has not allowed, never dial one of netproxy's own listeners, never
-// forward Proxy-Authorization, and never log a token, a query string or a
-// header value.
 package proxy
+
+// Accepting connections: the Gate admits each accepted connection (the
+// connection limit of the Tracker, the attribution frame) before a front
+// end sees it; the Tracker holds every admitted *Conn.
 
 import (
 	"context"
@@ -40,7 +32,7 @@ type Conn struct {
 	idle    atomic.Bool
 	closed  atomic.Bool
 	client  string // RemoteAddr().String(), rendered once per connection
-	// flow is what the connection carries traffic to now (flows.go);
+	// flow is what the connection carries traffic to now (recheck.go);
 	// revoked is set once a change closed it.
 	flow    atomic.Pointer[flow]
 	revoked atomic.Bool
@@ -91,7 +83,7 @@ type Tracker struct {
 	pending int64 // admitted slots, including connections still in admission
 	drain   atomic.Bool
 	empty   chan struct{} // closed when draining and no connection is left
-	// gen counts re-check walks (flows.go): a request that saw another
+	// gen counts re-check walks (recheck.go): a request that saw another
 	// value before it was decided re-checks itself once bound.
 	gen atomic.Uint64
 }

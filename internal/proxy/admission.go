@@ -1,0 +1,89 @@
+package proxy
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/netproxy/netproxy/hostpolicy"
+)
+
+// The admission stage: the last stage of the pipeline on the data path
+// (hostpolicy.StageAdmission), run on an allowed outer request. Its own
+// stages run in this order; each may mark the decision intercepted or
+// block it, and says why with a typed hostpolicy.Cause. Adding one is an
+// entry here and its case in Admit (a switch, not function values, so the
+// decision stays on the stack).
+type admissionStage string
+
+const (
+	admitCredentials  admissionStage = "credential_interception"
+	admitInterception admissionStage = "mitm"
+	admitOwnListeners admissionStage = "own_listeners"
+)
+
+var admission = [...]admissionStage{admitCredentials, admitInterception, admitOwnListeners}
+
+// Admit is hostpolicy.Admitter: the admission stages over an allowed
+// decision.
+func (c *Core) Admit(req hostpolicy.Request, d hostpolicy.Decision) hostpolicy.Decision {
+	for _, st := range admission {
+		if !d.Allowed() {
+			break
+		}
+		switch st {
+		case admitCredentials:
+			c.admitCredential(req, &d)
+		case admitInterception:
+			c.admitMITM(&d)
+		case admitOwnListeners:
+			c.admitOwnListener(&d)
+		default:
+			panic("proxy: admission stage " + string(st) + " has no function")
+		}
+	}
+	return d
+}
+
+// admitCredential intercepts an allowed CONNECT, or SOCKS5 to port 443,
+// toward a credential's host, whatever the mode: the broker must see the
+// request to inject the secret. Without an interceptor nothing changes
+// (config refuses credentials without [mitm]).
+func (c *Core) admitCredential(req hostpolicy.Request, d *hostpolicy.Decision) {
+	if d.Intercept || c.Credentials == nil || c.MITM == nil || c.Credentials.Len() == 0 {
+		return
+	}
+	switch {
+	case req.Protocol == hostpolicy.ProtoHTTPS && strings.EqualFold(req.Method, http.MethodConnect):
+	case req.Protocol == hostpolicy.ProtoSOCKS5 && d.Port == 443:
+	default:
+		return
+	}
+	if !c.Credentials.Intercepts(d.Host) {
+		return
+	}
+	d.Intercept, d.Cause = true, hostpolicy.CauseCredential
+	d.Steps = append(d.Steps, hostpolicy.Step{Step: hostpolicy.StepMode, Result: hostpolicy.ResultPass, Detail: "credential interception"})
+}
+
+// admitMITM checks the interception hostpolicy admitted (Intercept on an
+// allowed limited-mode CONNECT, keeping the decision's own source):
+// without an interceptor it fails closed with mitm_required.
+func (c *Core) admitMITM(d *hostpolicy.Decision) {
+	if !d.Intercept || c.MITM != nil {
+		return
+	}
+	d.Verdict, d.Reason, d.Source, d.Intercept = hostpolicy.Deny, hostpolicy.ReasonMITMRequired, hostpolicy.SourceModeGuard, false
+	d.Cause = hostpolicy.CauseNoInterceptor
+	d.Steps = append(d.Steps, hostpolicy.Step{Step: hostpolicy.StepMode, Result: hostpolicy.ResultBlock, Detail: "limited: no interceptor"})
+}
+
+// admitOwnListener: SPEC §3.5, never dial a listener of this process,
+// whatever allowed it (allow_local_binding, an allow-listed 127.0.0.1).
+func (c *Core) admitOwnListener(d *hostpolicy.Decision) {
+	if c.Dialer == nil || !c.Dialer.Self().ContainsAny(d.Addrs, d.Port) {
+		return
+	}
+	d.Verdict, d.Reason, d.Source = hostpolicy.Deny, hostpolicy.ReasonNotAllowedLocal, hostpolicy.SourceBaseline
+	d.Cause = hostpolicy.CauseOwnListener
+	d.Steps = append(d.Steps, hostpolicy.Step{Step: hostpolicy.StepLocalGuard, Result: hostpolicy.ResultBlock, Detail: "netproxy's own listen address"})
+}
