@@ -46,6 +46,7 @@ type Executions interface {
 	Get(id string) (attribution.Execution, bool)
 	Active() []attribution.Execution
 	Revoke(id string) bool
+	SetMissResolver(func(tokenKey [32]byte) bool)
 }
 
 // Amender applies an amendment to the live lists. *hostpolicy.Engine
@@ -104,6 +105,7 @@ type Cluster struct {
 	adopted  map[string]string // execution id → origin node (executions of other replicas)
 	ending   map[string]bool   // executions being ended because the stream said so
 	beats    map[string]int64  // node → last verified heartbeat (unix ms)
+	ownKeys  map[string]string // this replica's execution id → token digest (hex), to unindex at its end
 	waiters  map[string][]chanDecision
 	outbox   chan func(context.Context) error
 	cancel   context.CancelFunc
@@ -142,7 +144,7 @@ func Open(ctx context.Context, opts Options) (*Cluster, error) {
 		cfg: cfg, k: keys{cfg.KeyPrefix}, rdb: redis.NewUniversalClient(uo), node: cfg.NodeID, log: log,
 		execs: opts.Executions, amender: opts.Amender, rules: opts.Rules, started: time.Now(),
 		m: newMetrics(opts.Registerer), seal: sealer{key}, replay: newReplayGuard(),
-		adopted: map[string]string{}, ending: map[string]bool{}, waiters: map[string][]chanDecision{}, beats: map[string]int64{},
+		adopted: map[string]string{}, ending: map[string]bool{}, waiters: map[string][]chanDecision{}, beats: map[string]int64{}, ownKeys: map[string]string{},
 		outbox: make(chan func(context.Context) error, 4096),
 	}
 	c.pos.Store(new(string))
@@ -210,6 +212,7 @@ func (c *Cluster) reviewSink() Reviews {
 func (c *Cluster) Start(ctx context.Context) error {
 	if c.execs != nil {
 		c.execs.OnChange(c.localChange)
+		c.execs.SetMissResolver(c.readThroughToken)
 	}
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	pos, err := c.resync(lctx, true)
@@ -301,7 +304,7 @@ func (c *Cluster) localChange(kind string, e attribution.Execution) {
 			return
 		}
 		rec := execRecord{Execution: e, TokenSHA256: fmt.Sprintf("%x", key), Node: c.node}
-		c.enqueue(func(ctx context.Context) error { return c.publishExec(ctx, rec) })
+		c.publishNow(rec)
 	case attribution.ExecutionEnded:
 		if fromStream {
 			return
@@ -344,9 +347,14 @@ func (c *Cluster) drainOutbox(ctx context.Context) {
 
 func (c *Cluster) publishExec(ctx context.Context, rec execRecord) error {
 	data, _ := json.Marshal(rec)
+	c.mu.Lock()
+	c.ownKeys[rec.Execution.ID] = rec.TokenSHA256
+	c.mu.Unlock()
 	c.m.cmd("exec_start")
 	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, c.k.execs(), rec.Execution.ID, c.seal.seal(c.k.execs(), rec.Execution.ID, data))
+		// The token index the read-through of other replicas uses.
+		p.HSet(ctx, c.k.tokens(), rec.TokenSHA256, c.seal.seal(c.k.tokens(), rec.TokenSHA256, []byte(rec.Execution.ID)))
 		c.xadd(ctx, p, evExecStart, data)
 		return nil
 	})
@@ -358,9 +366,16 @@ func (c *Cluster) publishExec(ctx context.Context, rec execRecord) error {
 
 func (c *Cluster) publishExecEnd(ctx context.Context, id string) error {
 	data, _ := json.Marshal(execEnd{ID: id})
+	c.mu.Lock()
+	digest, hasKey := c.ownKeys[id]
+	delete(c.ownKeys, id)
+	c.mu.Unlock()
 	c.m.cmd("exec_end")
 	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HDel(ctx, c.k.execs(), id)
+		if hasKey {
+			p.HDel(ctx, c.k.tokens(), digest)
+		}
 		c.xadd(ctx, p, evExecEnd, data)
 		return nil
 	})

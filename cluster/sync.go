@@ -462,6 +462,7 @@ func (c *Cluster) reapExecs(ctx context.Context, dead map[string]bool) {
 			continue
 		}
 		if n, err := c.rdb.HDel(ctx, c.k.execs(), id).Result(); err == nil && n == 1 {
+			c.rdb.HDel(ctx, c.k.tokens(), rec.TokenSHA256)
 			d, _ := json.Marshal(execEnd{ID: id})
 			c.xadd(ctx, c.rdb, evExecEnd, d)
 			c.log.Info("execution of a dead replica expired", "execution_id", id, "node", rec.Node)
