@@ -140,6 +140,7 @@ func Open(ctx context.Context, opts Options) (*Cluster, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	installRedisLog(log.With("component", "redis"), uo.Password, uo.SentinelPassword)
 	c := &Cluster{
 		cfg: cfg, k: keys{cfg.KeyPrefix}, rdb: redis.NewUniversalClient(uo), node: cfg.NodeID, log: log,
 		execs: opts.Executions, amender: opts.Amender, rules: opts.Rules, started: time.Now(),
