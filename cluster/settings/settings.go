@@ -27,11 +27,6 @@ type Settings struct {
 	// KeyFile is the HMAC-SHA256 key of every record netproxy writes
 	// (its bytes, at least MinKeyBytes, mode 0600 or stricter). Required.
 	KeyFile string
-	// PasswordEnv names an environment variable holding the Redis
-	// password (instead of one in the URL).
-	PasswordEnv string
-	// TLS client settings for rediss:// (the system roots without a CA).
-	TLSCAFile, TLSCertFile, TLSKeyFile string
 }
 
 // MinKeyBytes is the shortest accepted cluster.key_file.
@@ -83,9 +78,6 @@ func (s Settings) Validate() []*FieldError {
 	}
 	if strings.TrimSpace(s.KeyFile) == "" {
 		errs = append(errs, &FieldError{Key: "key_file", Msg: fmt.Sprintf("required in cluster mode: a file of at least %d random bytes, mode 0600, the same on every replica (e.g. head -c 32 /dev/urandom > cluster.key; chmod 600 cluster.key)", MinKeyBytes)})
-	}
-	if (s.TLSCertFile == "") != (s.TLSKeyFile == "") {
-		errs = append(errs, &FieldError{Key: "tls_cert_file", Msg: "tls_cert_file and tls_key_file go together"})
 	}
 	if strings.ContainsAny(s.KeyPrefix, " \t\r\n") {
 		errs = append(errs, &FieldError{Key: "key_prefix", Msg: "must not contain white space"})

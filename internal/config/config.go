@@ -176,17 +176,12 @@ type Cluster struct {
 	KeyPrefix string `toml:"key_prefix"`
 	// KeyFile holds the HMAC key every shared record is authenticated
 	// with (SPEC §7.7); required in cluster mode.
-	KeyFile     string `toml:"key_file"`
-	PasswordEnv string `toml:"password_env"`
-	TLSCAFile   string `toml:"tls_ca_file"`
-	TLSCertFile string `toml:"tls_cert_file"`
-	TLSKeyFile  string `toml:"tls_key_file"`
+	KeyFile string `toml:"key_file"`
 }
 
 // Settings maps [cluster] onto the cluster package's own settings type.
 func (c Cluster) Settings() clustersettings.Settings {
-	return clustersettings.Settings{Redis: c.Redis, NodeID: c.NodeID, KeyPrefix: c.KeyPrefix, KeyFile: c.KeyFile,
-		PasswordEnv: c.PasswordEnv, TLSCAFile: c.TLSCAFile, TLSCertFile: c.TLSCertFile, TLSKeyFile: c.TLSKeyFile}
+	return clustersettings.Settings{Redis: c.Redis, NodeID: c.NodeID, KeyPrefix: c.KeyPrefix, KeyFile: c.KeyFile}
 }
 
 // Duration is a time.Duration written in TOML as a Go duration string ("2s").

@@ -462,9 +462,7 @@ func resolvePaths(c *Config) {
 	if c.Shadow.Config != "" {
 		c.Shadow.Config = ExpandPath(c.Shadow.Config, base)
 	}
-	for _, p := range []*string{&c.Cluster.KeyFile, &c.Cluster.TLSCAFile, &c.Cluster.TLSCertFile, &c.Cluster.TLSKeyFile} {
-		*p = ExpandPath(*p, base)
-	}
+	c.Cluster.KeyFile = ExpandPath(c.Cluster.KeyFile, base)
 }
 
 // validate checks every value; each error names its key.
