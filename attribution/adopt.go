@@ -42,3 +42,15 @@ func (r *Registry) Adopt(e Execution, tokenKey [32]byte) bool {
 	}
 	return true
 }
+
+// SetMissResolver installs the cluster's read-through (SPEC §7.7): ByToken
+// asks fn about a token digest it does not hold; fn adopts the execution
+// (through Adopt) when the cluster knows it and reports whether it did. fn
+// bounds its own wait (ByToken has no context: it sits on the admission
+// path, whose first-byte deadline bounds the connection anyway). Set once,
+// before connections are served.
+func (r *Registry) SetMissResolver(fn func(tokenKey [32]byte) bool) {
+	r.mu.Lock()
+	r.miss = fn
+	r.mu.Unlock()
+}

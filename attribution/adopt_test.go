@@ -34,3 +34,23 @@ func TestAdoptAttributesTokenAndRevokes(t *testing.T) {
 		t.Fatal("token still valid after revoke")
 	}
 }
+
+func TestMissResolverReadsThrough(t *testing.T) {
+	a, b := NewRegistry(), NewRegistry()
+	e, tok, _ := a.Register(ExecutionSpec{SessionID: "s", EnvironmentID: "env"})
+	key, _ := a.TokenKey(e.ID)
+	asked := 0
+	b.SetMissResolver(func(k [32]byte) bool {
+		asked++
+		return k == key && b.Adopt(e, k)
+	})
+	if got, ok := b.ByToken(tok); !ok || got.ID != e.ID || asked != 1 {
+		t.Fatalf("read-through: %v %v asked %d", got, ok, asked)
+	}
+	if _, ok := b.ByToken(tok); !ok || asked != 1 {
+		t.Fatalf("a held token asked the resolver again (%d)", asked)
+	}
+	if _, ok := b.ByToken("unknown"); ok || asked != 2 {
+		t.Fatalf("unknown token: %v asked %d", ok, asked)
+	}
+}

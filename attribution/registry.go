@@ -113,6 +113,7 @@ type Registry struct {
 	byToken map[[32]byte]string
 	nextSub int
 	hooks   []func(kind string, e Execution)
+	miss    func(tokenKey [32]byte) bool // cluster read-through; nil on one node
 	now     func() time.Time
 }
 
@@ -204,16 +205,26 @@ func (r *Registry) Revoke(id string) bool {
 	return true
 }
 
-// ByToken returns the active execution a token belongs to.
+// ByToken returns the active execution a token belongs to. A token not
+// held here is asked of the miss resolver (cluster mode) once.
 func (r *Registry) ByToken(token string) (Execution, bool) {
 	key := sha256.Sum256([]byte(token))
+	e, ok, miss := r.byKey(key)
+	if ok || miss == nil || !miss(key) {
+		return e, ok
+	}
+	e, ok, _ = r.byKey(key)
+	return e, ok
+}
+
+func (r *Registry) byKey(key [32]byte) (Execution, bool, func([32]byte) bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	id, ok := r.byToken[key]
 	if !ok {
-		return Execution{}, false
+		return Execution{}, false, r.miss
 	}
-	return r.byID[id].exec, true
+	return r.byID[id].exec, true, nil
 }
 
 // Get returns an active execution by id.

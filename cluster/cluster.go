@@ -46,6 +46,7 @@ type Executions interface {
 	Get(id string) (attribution.Execution, bool)
 	Active() []attribution.Execution
 	Revoke(id string) bool
+	SetMissResolver(func(tokenKey [32]byte) bool)
 }
 
 // Amender applies an amendment to the live lists. *hostpolicy.Engine
@@ -97,10 +98,14 @@ type Cluster struct {
 	pos     atomic.Pointer[string]
 	started time.Time
 	m       *clusterMetrics
+	seal    sealer
+	replay  *replayGuard
 
 	mu       sync.Mutex
 	adopted  map[string]string // execution id → origin node (executions of other replicas)
 	ending   map[string]bool   // executions being ended because the stream said so
+	beats    map[string]int64  // node → last verified heartbeat (unix ms)
+	ownKeys  map[string]string // this replica's execution id → token digest (hex), to unindex at its end
 	waiters  map[string][]chanDecision
 	outbox   chan func(context.Context) error
 	cancel   context.CancelFunc
@@ -110,13 +115,18 @@ type Cluster struct {
 
 type reviewsBox struct{ r Reviews }
 
-// Open connects to Redis, checks the key schema (writing it into an empty
-// prefix) and loads nothing yet; Start begins following the cluster. Any
-// error names cluster.redis and what failed; the caller exits 2.
+// Open reads cluster.key_file, connects to Redis, checks the key schema
+// (writing it into an empty prefix) and loads nothing yet; Start begins
+// following the cluster. Any error names the setting (cluster.key_file,
+// cluster.redis) and what failed; the caller exits 2.
 func Open(ctx context.Context, opts Options) (*Cluster, error) {
 	cfg := opts.Settings.WithDefaults()
 	if errs := cfg.Validate(); len(errs) > 0 {
 		return nil, fmt.Errorf("cluster.%s", errs[0].Error())
+	}
+	key, err := LoadKey(cfg.KeyFile)
+	if err != nil {
+		return nil, err
 	}
 	uo, err := settings.ParseURL(cfg.Redis)
 	if err != nil {
@@ -130,11 +140,12 @@ func Open(ctx context.Context, opts Options) (*Cluster, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	installRedisLog(log.With("component", "redis"), uo.Password, uo.SentinelPassword)
 	c := &Cluster{
 		cfg: cfg, k: keys{cfg.KeyPrefix}, rdb: redis.NewUniversalClient(uo), node: cfg.NodeID, log: log,
 		execs: opts.Executions, amender: opts.Amender, rules: opts.Rules, started: time.Now(),
-		m:       newMetrics(opts.Registerer),
-		adopted: map[string]string{}, ending: map[string]bool{}, waiters: map[string][]chanDecision{},
+		m: newMetrics(opts.Registerer), seal: sealer{key}, replay: newReplayGuard(),
+		adopted: map[string]string{}, ending: map[string]bool{}, waiters: map[string][]chanDecision{}, beats: map[string]int64{}, ownKeys: map[string]string{},
 		outbox: make(chan func(context.Context) error, 4096),
 	}
 	c.pos.Store(new(string))
@@ -202,6 +213,7 @@ func (c *Cluster) reviewSink() Reviews {
 func (c *Cluster) Start(ctx context.Context) error {
 	if c.execs != nil {
 		c.execs.OnChange(c.localChange)
+		c.execs.SetMissResolver(c.readThroughToken)
 	}
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	pos, err := c.resync(lctx, true)
@@ -272,6 +284,9 @@ func isConnErr(err error) bool {
 
 // localChange publishes executions registered or ended on this replica.
 func (c *Cluster) localChange(kind string, e attribution.Execution) {
+	if kind == attribution.ExecutionEnded {
+		c.replay.endExec(e.ID) // a copy of its record written back is refused
+	}
 	c.mu.Lock()
 	_, remote := c.adopted[e.ID]
 	fromStream := c.ending[e.ID]
@@ -290,7 +305,7 @@ func (c *Cluster) localChange(kind string, e attribution.Execution) {
 			return
 		}
 		rec := execRecord{Execution: e, TokenSHA256: fmt.Sprintf("%x", key), Node: c.node}
-		c.enqueue(func(ctx context.Context) error { return c.publishExec(ctx, rec) })
+		c.publishNow(rec)
 	case attribution.ExecutionEnded:
 		if fromStream {
 			return
@@ -333,9 +348,14 @@ func (c *Cluster) drainOutbox(ctx context.Context) {
 
 func (c *Cluster) publishExec(ctx context.Context, rec execRecord) error {
 	data, _ := json.Marshal(rec)
+	c.mu.Lock()
+	c.ownKeys[rec.Execution.ID] = rec.TokenSHA256
+	c.mu.Unlock()
 	c.m.cmd("exec_start")
 	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, c.k.execs(), rec.Execution.ID, data)
+		p.HSet(ctx, c.k.execs(), rec.Execution.ID, c.seal.seal(c.k.execs(), rec.Execution.ID, data))
+		// The token index the read-through of other replicas uses.
+		p.HSet(ctx, c.k.tokens(), rec.TokenSHA256, c.seal.seal(c.k.tokens(), rec.TokenSHA256, []byte(rec.Execution.ID)))
 		c.xadd(ctx, p, evExecStart, data)
 		return nil
 	})
@@ -347,9 +367,16 @@ func (c *Cluster) publishExec(ctx context.Context, rec execRecord) error {
 
 func (c *Cluster) publishExecEnd(ctx context.Context, id string) error {
 	data, _ := json.Marshal(execEnd{ID: id})
+	c.mu.Lock()
+	digest, hasKey := c.ownKeys[id]
+	delete(c.ownKeys, id)
+	c.mu.Unlock()
 	c.m.cmd("exec_end")
 	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HDel(ctx, c.k.execs(), id)
+		if hasKey {
+			p.HDel(ctx, c.k.tokens(), digest)
+		}
 		c.xadd(ctx, p, evExecEnd, data)
 		return nil
 	})
@@ -359,9 +386,28 @@ func (c *Cluster) publishExecEnd(ctx context.Context, id string) error {
 	return err
 }
 
-func (c *Cluster) xadd(ctx context.Context, p redis.Pipeliner, typ string, data []byte) {
+func (c *Cluster) xadd(ctx context.Context, p redis.Cmdable, typ string, data []byte) {
 	p.XAdd(ctx, &redis.XAddArgs{Stream: c.k.events(), MaxLen: streamMaxLen, Approx: true,
-		Values: []any{"t", typ, "n", c.node, "d", string(data)}})
+		Values: []any{"t", typ, "n", c.node, "d", c.streamValue(typ, data)}})
+}
+
+// streamValue is the sealed "d" field of a change of type typ from this
+// replica.
+func (c *Cluster) streamValue(typ string, data []byte) string {
+	return c.seal.seal(c.k.events(), streamField(typ, c.node), data)
+}
+
+// openExec verifies and parses the execs hash entry of id.
+func (c *Cluster) openExec(id, v string) (execRecord, [32]byte, error) {
+	payload, err := c.seal.open(c.k.execs(), id, v)
+	if err != nil {
+		return execRecord{}, [32]byte{}, err
+	}
+	rec, key, err := parseExec(payload)
+	if err == nil && rec.Execution.ID != id {
+		err = errors.New("execution record stored under another id")
+	}
+	return rec, key, err
 }
 
 // adopt attributes an execution of another replica here.
@@ -370,6 +416,10 @@ func (c *Cluster) adopt(rec execRecord, key [32]byte) {
 		return
 	}
 	if _, ok := c.execs.Get(rec.Execution.ID); ok {
+		return
+	}
+	if c.replay.isEnded(rec.Execution.ID) {
+		c.reject(kindExecution, c.k.execs()+" "+rec.Execution.ID, errors.New("replayed: this execution has ended"))
 		return
 	}
 	c.mu.Lock()

@@ -9,6 +9,7 @@ type clusterMetrics struct {
 	errors      *prometheus.CounterVec
 	commands    *prometheus.CounterVec
 	unavailable prometheus.Counter
+	rejected    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *clusterMetrics {
@@ -23,12 +24,17 @@ func newMetrics(reg prometheus.Registerer) *clusterMetrics {
 			Help: "Cluster store round trips by operation (a cached decision makes none)."}, []string{"op"}),
 		unavailable: prometheus.NewCounter(prometheus.CounterOpts{Name: "netproxy_approvals_unavailable_total",
 			Help: "Requests denied with approvals_unavailable: a review was needed while the cluster store was unreachable."}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "netproxy_cluster_rejected_total",
+			Help: "Records read from the cluster store and ignored: forged (MAC fails under cluster.key_file), moved, or replayed (older than what this replica accepted)."}, []string{"kind"}),
+	}
+	for _, k := range []string{kindExecution, kindAmendment, kindCache, kindReview, kindPending, kindDecision, kindHeartbeat, kindChange} {
+		m.rejected.WithLabelValues(k)
 	}
 	for _, op := range []string{"begin", "decide", "open", "stream_read", "resync", "heartbeat", "exec_start", "exec_end", "parse"} {
 		m.errors.WithLabelValues(op)
 	}
 	if reg != nil {
-		reg.MustRegister(m.up, m.nodes, m.errors, m.commands, m.unavailable)
+		reg.MustRegister(m.up, m.nodes, m.errors, m.commands, m.unavailable, m.rejected)
 	}
 	return m
 }

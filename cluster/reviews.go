@@ -18,16 +18,19 @@ import (
 )
 
 // beginScript: a stored session-wide outcome, else an amendment for the
-// host, else join the open review, else open one (atomically).
+// host, else join the open review, else open one (atomically). Stored
+// records are returned sealed: the caller verifies them (Redis is not
+// trusted to say what they mean); with ARGV[5] = '1' stored outcomes are
+// skipped (the caller found them forged or replayed).
 //
-// KEYS: cache hash, amend hash, review key. ARGV: field, host, value, lease ms.
+// KEYS: cache hash, amend hash, review key. ARGV: field, host, sealed value,
+// lease ms, skip stored.
 var beginScript = redis.NewScript(`
-local c = redis.call('HGET', KEYS[1], ARGV[1])
-if c then return {'cached', c} end
-local a = redis.call('HGET', KEYS[2], ARGV[2])
-if a then
-  if string.sub(a, 1, 6) == 'allow ' then return {'cached', 'allow_always'} end
-  if string.sub(a, 1, 5) == 'deny ' then return {'cached', 'deny_always'} end
+if ARGV[5] ~= '1' then
+  local c = redis.call('HGET', KEYS[1], ARGV[1])
+  if c then return {'cache', c} end
+  local a = redis.call('HGET', KEYS[2], ARGV[2])
+  if a then return {'amend', a} end
 end
 if redis.call('SET', KEYS[3], ARGV[3], 'NX', 'PX', ARGV[4]) then return {'lead', ARGV[3]} end
 local v = redis.call('GET', KEYS[3])
@@ -41,9 +44,10 @@ return {'retry', ''}
 // the changes to the stream — all or nothing.
 //
 // KEYS: pending, decision, review, cache hash, amend hash, stream.
-// ARGV: id, decision JSON, force, field, cache outcome, host, amend value,
-// node, stream maxlen, cache change JSON, amend change JSON, decision ttl s,
-// cache ttl s.
+// ARGV: id, sealed decision, force, field, sealed cache value, host, sealed
+// amend value, node, stream maxlen, sealed cache change, sealed amend
+// change, decision ttl s, cache ttl s, sealed decided change. Everything is
+// sealed by the caller; the script only stores.
 var decideScript = redis.NewScript(`
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   local d = redis.call('GET', KEYS[2])
@@ -52,7 +56,10 @@ if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
 end
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[12])
 local v = redis.call('GET', KEYS[3])
-if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. '|' then redis.call('DEL', KEYS[3]) end
+if v then
+  local dot = string.find(v, '.', 1, true)
+  if dot and string.sub(v, dot + 1, dot + string.len(ARGV[1]) + 1) == ARGV[1] .. '|' then redis.call('DEL', KEYS[3]) end
+end
 if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[4], ARGV[4], ARGV[5])
   redis.call('EXPIRE', KEYS[4], ARGV[13])
@@ -62,8 +69,8 @@ if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[5], ARGV[6], ARGV[7])
   redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[9], '*', 't', 'amend', 'n', ARGV[8], 'd', ARGV[11])
 end
-redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[9], '*', 't', 'decided', 'n', ARGV[8], 'd', ARGV[2])
-return {'ok', ARGV[2]}
+redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[9], '*', 't', 'decided', 'n', ARGV[8], 'd', ARGV[14])
+return {'ok', ''}
 `)
 
 // Begin implements approvalsvc.Coordinator. It is the only Redis call a
@@ -73,12 +80,14 @@ func (c *Cluster) Begin(ctx context.Context, k approvalsvc.ReviewKey, id string,
 		c.m.unavailable.Inc()
 		return approvalsvc.Begin{}, approvalsvc.ErrUnavailable
 	}
-	value := id + "|" + strconv.FormatInt(deadline.UnixMilli(), 10)
+	rkey := c.k.review(k)
+	value := c.seal.seal(rkey, "", []byte(id+"|"+strconv.FormatInt(deadline.UnixMilli(), 10)))
 	lease := time.Until(deadline) + 5*time.Second
+	skip := "0"
 	for try := 0; try < 3; try++ {
 		c.m.cmd("begin")
-		res, err := beginScript.Run(ctx, c.rdb, []string{c.k.cache(k.Session), c.k.amend(), c.k.review(k)},
-			reviewField(k), k.Host, value, lease.Milliseconds()).StringSlice()
+		res, err := beginScript.Run(ctx, c.rdb, []string{c.k.cache(k.Session), c.k.amend(), rkey},
+			reviewField(k), k.Host, value, lease.Milliseconds(), skip).StringSlice()
 		if err != nil {
 			c.fail("begin", err)
 			c.m.unavailable.Inc()
@@ -89,41 +98,113 @@ func (c *Cluster) Begin(ctx context.Context, k approvalsvc.ReviewKey, id string,
 			return approvalsvc.Begin{}, fmt.Errorf("%w: unexpected reply from Redis", approvalsvc.ErrUnavailable)
 		}
 		switch res[0] {
-		case "cached":
-			if cacheOutcome(res[1]) == "" {
-				return approvalsvc.Begin{}, fmt.Errorf("%w: stored outcome %.20q is not understood", approvalsvc.ErrUnavailable, res[1])
+		case "cache", "amend":
+			if outcome, ok := c.storedOutcome(k, res[0], res[1]); ok {
+				return approvalsvc.Begin{Kind: approvalsvc.BeginCached, Outcome: outcome}, nil
 			}
-			return approvalsvc.Begin{Kind: approvalsvc.BeginCached, Outcome: res[1]}, nil
+			skip = "1" // forged or replayed: a review decides instead
 		case "lead":
 			return approvalsvc.Begin{Kind: approvalsvc.BeginLead, ID: id, Deadline: deadline}, nil
 		case "join":
-			jid, ms, ok := strings.Cut(res[1], "|")
-			n, err := strconv.ParseInt(ms, 10, 64)
-			if !ok || err != nil || jid == "" {
-				return approvalsvc.Begin{}, fmt.Errorf("%w: review key holds %.40q", approvalsvc.ErrUnavailable, res[1])
+			jid, jdeadline, err := c.openReview(rkey, res[1])
+			if err != nil {
+				// A forged review would hold the request until a deadline
+				// Redis chose: refuse to join it (the key stays until its
+				// lease ends; this request fails closed).
+				c.reject(kindReview, rkey, err)
+				return approvalsvc.Begin{}, fmt.Errorf("%w: the open review for this request fails verification", approvalsvc.ErrUnavailable)
 			}
-			return approvalsvc.Begin{Kind: approvalsvc.BeginJoin, ID: jid, Deadline: time.UnixMilli(n)}, nil
+			return approvalsvc.Begin{Kind: approvalsvc.BeginJoin, ID: jid, Deadline: jdeadline}, nil
 		}
 	}
 	return approvalsvc.Begin{}, fmt.Errorf("%w: the review key kept changing", approvalsvc.ErrUnavailable)
+}
+
+// storedOutcome verifies a session cache entry or an amendment Begin
+// found for k and returns the outcome it stands for.
+func (c *Cluster) storedOutcome(k approvalsvc.ReviewKey, kind, v string) (string, bool) {
+	if kind == "cache" {
+		rkey, field := c.k.cache(k.Session), reviewField(k)
+		payload, err := c.seal.open(rkey, field, v)
+		var cv cacheValue
+		if err == nil {
+			cv, err = parseCacheValue(payload)
+		}
+		if err == nil && !c.replay.accept(cacheItem(k.Session, field), cv.Seq) {
+			err = errReplayed
+		}
+		if err != nil {
+			c.reject(kindCache, rkey, err)
+			return "", false
+		}
+		return cv.Outcome, true
+	}
+	payload, err := c.seal.open(c.k.amend(), k.Host, v)
+	var a amendChange
+	if err == nil {
+		a, err = parseAmend(k.Host, payload)
+	}
+	if err == nil && !c.replay.accept(amendItem(k.Host), a.Seq) {
+		err = errReplayed
+	}
+	if err != nil {
+		c.reject(kindAmendment, c.k.amend()+" "+k.Host, err)
+		return "", false
+	}
+	if a.Verdict == "allow" {
+		return approvalsvc.OutcomeAllowAlways, true
+	}
+	return approvalsvc.OutcomeDenyAlways, true
+}
+
+// openReview verifies an open review's key value: "<id>|<deadline ms>".
+func (c *Cluster) openReview(rkey, v string) (string, time.Time, error) {
+	payload, err := c.seal.open(rkey, "", v)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	jid, ms, ok := strings.Cut(string(payload), "|")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil || jid == "" {
+		return "", time.Time{}, errors.New("review value is not id|deadline")
+	}
+	return jid, time.UnixMilli(n), nil
+}
+
+// openPending verifies and parses a pending hash entry; a review this
+// replica saw decided is refused (a replayed record would reopen it).
+func (c *Cluster) openPending(id, v string) (pendingRecord, error) {
+	var p pendingRecord
+	payload, err := c.seal.open(c.k.pending(), id, v)
+	if err == nil {
+		if err = json.Unmarshal(payload, &p); err == nil && p.Approval.ID != id {
+			err = errors.New("pending record stored under another id")
+		}
+	}
+	if err == nil && c.replay.isDecided(id) {
+		err = errors.New("replayed: this review was decided")
+	}
+	if err != nil {
+		c.reject(kindPending, c.k.pending()+" "+id, err)
+	}
+	return p, err
 }
 
 // Open implements approvalsvc.Coordinator: the review is listed for every
 // replica's page and decidable from any of them.
 func (c *Cluster) Open(ctx context.Context, a approvalsvc.Approval, k approvalsvc.ReviewKey) error {
 	deadline := time.Now()
-	if v, err := c.rdb.Get(ctx, c.k.review(k)).Result(); err == nil {
-		if _, ms, ok := strings.Cut(v, "|"); ok {
-			if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
-				deadline = time.UnixMilli(n)
-			}
+	rkey := c.k.review(k)
+	if v, err := c.rdb.Get(ctx, rkey).Result(); err == nil {
+		if _, d, err := c.openReview(rkey, v); err == nil {
+			deadline = d
 		}
 	}
 	rec, _ := json.Marshal(pendingRecord{Approval: a, Key: k, Node: c.node, Deadline: deadline.UnixMilli()})
 	data, _ := json.Marshal(a)
 	c.m.cmd("open")
 	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, c.k.pending(), a.ID, rec)
+		p.HSet(ctx, c.k.pending(), a.ID, c.seal.seal(c.k.pending(), a.ID, rec))
 		c.xadd(ctx, p, evCreated, data)
 		return nil
 	})
@@ -141,21 +222,34 @@ func (c *Cluster) Decide(ctx context.Context, d approvalsvc.ClusterDecision, for
 	}
 	field, cacheOut := reviewField(d.Key), cacheOutcome(d.Outcome)
 	amend := amendChange{Host: d.Key.Host, Verdict: amendVerdict(d.Outcome), Protocol: d.Key.Protocol}
-	amendVal := ""
-	if amend.Verdict != "" {
-		amendVal = amendValue(amend)
+	var seq uint64
+	if cacheOut != "" || amend.Verdict != "" {
+		// Versioned records: a copy of an older one written back is refused.
+		if seq, err = c.nextSeq(ctx); err != nil {
+			return d, false, err
+		}
 	}
-	cacheJSON, _ := json.Marshal(cacheChange{Key: d.Key, Outcome: cacheOut})
-	amendJSON, _ := json.Marshal(amend)
+	amend.Seq = seq
+	cacheKey := c.k.cache(d.Key.Session)
+	cacheVal, cacheChg, amendVal, amendChg := "", "", "", ""
+	if cacheOut != "" {
+		v, _ := json.Marshal(cacheValue{Outcome: cacheOut, Seq: seq})
+		ch, _ := json.Marshal(cacheChange{Key: d.Key, Outcome: cacheOut, Seq: seq})
+		cacheVal, cacheChg = c.seal.seal(cacheKey, field, v), c.streamValue(evCache, ch)
+	}
+	if amend.Verdict != "" {
+		v, _ := json.Marshal(amend)
+		amendVal, amendChg = c.seal.seal(c.k.amend(), d.Key.Host, v), c.streamValue(evAmend, v)
+	}
 	f := "0"
 	if force {
 		f = "1"
 	}
 	c.m.cmd("decide")
 	res, err := decideScript.Run(ctx, c.rdb,
-		[]string{c.k.pending(), c.k.decision(d.ID), c.k.review(d.Key), c.k.cache(d.Key.Session), c.k.amend(), c.k.events()},
-		d.ID, string(data), f, field, cacheOut, d.Key.Host, amendVal, c.node, streamMaxLen, string(cacheJSON), string(amendJSON),
-		int(decisionTTL.Seconds()), int(cacheTTL.Seconds())).StringSlice()
+		[]string{c.k.pending(), c.k.decision(d.ID), c.k.review(d.Key), cacheKey, c.k.amend(), c.k.events()},
+		d.ID, c.seal.seal(c.k.decision(d.ID), "", data), f, field, cacheVal, d.Key.Host, amendVal, c.node, streamMaxLen, cacheChg, amendChg,
+		int(decisionTTL.Seconds()), int(cacheTTL.Seconds()), c.streamValue(evDecided, data)).StringSlice()
 	if err != nil {
 		c.fail("decide", err)
 		return d, false, err
@@ -165,11 +259,11 @@ func (c *Cluster) Decide(ctx context.Context, d approvalsvc.ClusterDecision, for
 	}
 	switch res[0] {
 	case "ok":
+		c.replay.decide(d.ID)
 		return d, true, nil
 	case "held":
-		var held approvalsvc.ClusterDecision
-		if err := json.Unmarshal([]byte(res[1]), &held); err != nil {
-			c.m.errors.WithLabelValues("parse").Inc()
+		held, err := c.openDecision(d.ID, res[1])
+		if err != nil {
 			return d, false, fmt.Errorf("stored decision: %v", err)
 		}
 		return held, false, nil
@@ -221,12 +315,28 @@ func (c *Cluster) decision(ctx context.Context, id string) (approvalsvc.ClusterD
 		c.fail("decision", err)
 		return approvalsvc.ClusterDecision{}, false, err
 	}
-	var d approvalsvc.ClusterDecision
-	if err := json.Unmarshal([]byte(v), &d); err != nil || d.ID != id {
-		c.m.errors.WithLabelValues("parse").Inc()
-		return d, false, fmt.Errorf("stored decision for %s cannot be parsed", id)
+	d, err := c.openDecision(id, v)
+	if err != nil {
+		return d, false, err
 	}
 	return d, true, nil
+}
+
+// openDecision verifies and parses the stored decision of review id.
+func (c *Cluster) openDecision(id, v string) (approvalsvc.ClusterDecision, error) {
+	var d approvalsvc.ClusterDecision
+	rkey := c.k.decision(id)
+	payload, err := c.seal.open(rkey, "", v)
+	if err != nil {
+		c.reject(kindDecision, rkey, err)
+		return d, err
+	}
+	if err := json.Unmarshal(payload, &d); err != nil || d.ID != id {
+		c.m.errors.WithLabelValues("parse").Inc()
+		return d, fmt.Errorf("stored decision for %s cannot be parsed", id)
+	}
+	c.replay.decide(id)
+	return d, nil
 }
 
 // deliver hands a decision to this replica's waiters.
@@ -252,9 +362,8 @@ func (c *Cluster) Pending(ctx context.Context) ([]approvalsvc.Approval, error) {
 	}
 	out := make([]approvalsvc.Approval, 0, len(all))
 	for id, data := range all {
-		var p pendingRecord
-		if err := json.Unmarshal([]byte(data), &p); err != nil || p.Approval.ID != id {
-			c.m.errors.WithLabelValues("parse").Inc()
+		p, err := c.openPending(id, data)
+		if err != nil {
 			continue
 		}
 		out = append(out, p.Approval)
@@ -273,10 +382,9 @@ func (c *Cluster) PendingGet(ctx context.Context, id string) (approvalsvc.Approv
 		c.fail("pending", err)
 		return approvalsvc.Approval{}, approvalsvc.ReviewKey{}, false, err
 	}
-	var p pendingRecord
-	if err := json.Unmarshal([]byte(data), &p); err != nil || p.Approval.ID != id {
-		c.m.errors.WithLabelValues("parse").Inc()
-		return approvalsvc.Approval{}, approvalsvc.ReviewKey{}, false, fmt.Errorf("pending review %s cannot be parsed", id)
+	p, err := c.openPending(id, data)
+	if err != nil {
+		return approvalsvc.Approval{}, approvalsvc.ReviewKey{}, false, nil
 	}
 	return p.Approval, p.Key, true, nil
 }

@@ -36,11 +36,19 @@ type Status struct {
 	Executions int          `json:"executions"`
 	Amendments int          `json:"amendments"`
 	StreamEnd  string       `json:"stream_end"`
+	// Unverified counts heartbeats and pending records whose MAC does not
+	// verify under cluster.key_file (not shown otherwise).
+	Unverified int `json:"unverified"`
 }
 
 // ReadStatus reads the cluster's state from Redis without joining it.
 func ReadStatus(ctx context.Context, s settings.Settings) (Status, error) {
 	s = s.WithDefaults()
+	key, err := LoadKey(s.KeyFile)
+	if err != nil {
+		return Status{}, err
+	}
+	seal := sealer{key}
 	uo, err := settings.ParseURL(s.Redis)
 	if err != nil {
 		return Status{}, fmt.Errorf("cluster.redis: %v", err)
@@ -63,7 +71,9 @@ func ReadStatus(ctx context.Context, s settings.Settings) (Status, error) {
 	now := time.Now()
 	for id, data := range nodes {
 		var ni nodeInfo
-		if json.Unmarshal([]byte(data), &ni) != nil {
+		payload, err := seal.open(k.nodes(), id, data)
+		if err != nil || json.Unmarshal(payload, &ni) != nil {
+			st.Unverified++
 			continue
 		}
 		ns := NodeStatus{ID: id, LastHeartbeat: time.UnixMilli(ni.Heartbeat), Position: ni.Position}
@@ -85,8 +95,9 @@ func ReadStatus(ctx context.Context, s settings.Settings) (Status, error) {
 	pend, _ := rdb.HGetAll(ctx, k.pending()).Result()
 	for id, data := range pend {
 		var p pendingRecord
-		if json.Unmarshal([]byte(data), &p) != nil {
-			st.Pending = append(st.Pending, id+" (unparsable)")
+		payload, err := seal.open(k.pending(), id, data)
+		if err != nil || json.Unmarshal(payload, &p) != nil {
+			st.Unverified++
 			continue
 		}
 		st.Pending = append(st.Pending, fmt.Sprintf("%s %s:%d session=%s opened_on=%s", id, p.Key.Host, p.Key.Port, p.Key.Session, p.Node))
@@ -113,6 +124,9 @@ func (st Status) Print(w io.Writer) {
 		fmt.Fprintf(w, "%-28s %-6s %-24s %-10s %s\n", n.ID, alive, n.LastHeartbeat.UTC().Format(time.RFC3339), n.Age.Round(time.Millisecond), lag)
 	}
 	fmt.Fprintf(w, "executions: %d   amendments: %d   pending reviews: %d\n", st.Executions, st.Amendments, len(st.Pending))
+	if st.Unverified > 0 {
+		fmt.Fprintf(w, "WARNING: %d records fail verification under cluster.key_file (written by something other than netproxy, or with another key)\n", st.Unverified)
+	}
 	if len(st.Pending) > 0 {
 		fmt.Fprintln(w, "  "+strings.Join(st.Pending, "\n  "))
 	}

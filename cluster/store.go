@@ -28,16 +28,20 @@ import (
 
 // SchemaVersion is the version of the key schema below, stored at
 // <prefix>schema. A replica refuses a prefix holding another version.
-const SchemaVersion = "1"
+const SchemaVersion = "2"
 
-// Key schema v1, all under the prefix P:
+// Key schema v2, all under the prefix P. Every value but P schema and
+// P seq is sealed (auth.go): "<64 hex MAC>.<payload>", the MAC bound to
+// the Redis key and field (for stream entries: type and origin node).
 //
-//	P schema               string  "1"
-//	P events               stream  changes: fields t (type), n (origin node), d (JSON)
+//	P schema               string  "2"
+//	P seq                  string  counter of versioned records (amendments, session caches)
+//	P events               stream  changes: fields t (type), n (origin node), d (sealed JSON)
 //	P nodes                hash    node id → nodeInfo JSON (heartbeat, stream position)
 //	P execs                hash    execution id → execRecord JSON (token digest, never the token)
-//	P amend                hash    host → "<allow|deny> <protocol>"
-//	P cache:<session>      hash    reviewField JSON → outcome (allow_session | allow_always | deny_always)
+//	P tokens               hash    token digest (hex) → execution id (the read-through index)
+//	P amend                hash    host → amendChange JSON (verdict, protocol, seq)
+//	P cache:<session>      hash    reviewField JSON → cacheValue JSON (outcome, seq)
 //	P review:<sha256(key)> string  "<approval id>|<deadline unix ms>" while a review is open
 //	P pending              hash    approval id → pendingRecord JSON (human reviews waiting)
 //	P decision:<id>        string  approvalsvc.ClusterDecision JSON, kept one hour
@@ -45,6 +49,8 @@ type keys struct{ p string }
 
 func (k keys) schema() string           { return k.p + "schema" }
 func (k keys) events() string           { return k.p + "events" }
+func (k keys) seq() string              { return k.p + "seq" }
+func (k keys) tokens() string           { return k.p + "tokens" }
 func (k keys) nodes() string            { return k.p + "nodes" }
 func (k keys) execs() string            { return k.p + "execs" }
 func (k keys) amend() string            { return k.p + "amend" }
@@ -118,9 +124,9 @@ func (r execRecord) tokenKey() ([32]byte, error) {
 	return k, nil
 }
 
-func parseExec(data string) (execRecord, [32]byte, error) {
+func parseExec(data []byte) (execRecord, [32]byte, error) {
 	var r execRecord
-	if err := json.Unmarshal([]byte(data), &r); err != nil {
+	if err := json.Unmarshal(data, &r); err != nil {
 		return r, [32]byte{}, fmt.Errorf("execution record: %v", err)
 	}
 	if r.Execution.ID == "" || r.Execution.SessionID == "" || r.Node == "" {
@@ -151,24 +157,45 @@ const (
 type cacheChange struct {
 	Key     approvalsvc.ReviewKey `json:"key"`
 	Outcome string                `json:"outcome"`
+	Seq     uint64                `json:"seq"`
+}
+
+// cacheValue is a session cache hash value.
+type cacheValue struct {
+	Outcome string `json:"outcome"`
+	Seq     uint64 `json:"seq"`
 }
 
 type amendChange struct {
 	Host     string `json:"host"`
 	Verdict  string `json:"verdict"`
 	Protocol string `json:"protocol"`
+	Seq      uint64 `json:"seq"`
 }
 
-// amendValue is the amend hash value of a.
-func amendValue(a amendChange) string { return a.Verdict + " " + a.Protocol }
-
-// parseAmend parses one amend hash entry.
-func parseAmend(host, v string) (amendChange, error) {
-	verdict, proto, _ := strings.Cut(v, " ")
-	if host == "" || (verdict != "allow" && verdict != "deny") {
-		return amendChange{}, fmt.Errorf("value %.30q is not \"allow|deny PROTOCOL\"", v)
+// parseAmend parses one amend record (its MAC already verified) stored
+// for host.
+func parseAmend(host string, payload []byte) (amendChange, error) {
+	var a amendChange
+	if err := json.Unmarshal(payload, &a); err != nil {
+		return a, fmt.Errorf("amendment: %v", err)
 	}
-	return amendChange{Host: host, Verdict: verdict, Protocol: proto}, nil
+	if a.Host == "" || a.Host != host || (a.Verdict != "allow" && a.Verdict != "deny") {
+		return a, fmt.Errorf("amendment for %.60q is not {host, allow|deny, protocol}", host)
+	}
+	return a, nil
+}
+
+// parseCacheValue parses one session cache value (its MAC verified).
+func parseCacheValue(payload []byte) (cacheValue, error) {
+	var v cacheValue
+	if err := json.Unmarshal(payload, &v); err != nil {
+		return v, fmt.Errorf("session cache value: %v", err)
+	}
+	if cacheOutcome(v.Outcome) == "" {
+		return v, fmt.Errorf("outcome %.20q is not allow_session, allow_always or deny_always", v.Outcome)
+	}
+	return v, nil
 }
 
 type execEnd struct {

@@ -109,9 +109,9 @@ func (c *Cluster) load(ctx context.Context) (snapshot, []error, error) {
 		return s, nil, fmt.Errorf("reading executions: %w", err)
 	}
 	for id, data := range execs {
-		rec, key, err := parseExec(data)
-		if err != nil || rec.Execution.ID != id {
-			bad = append(bad, fmt.Errorf("%s field %q: %v", c.k.execs(), id, err))
+		rec, key, err := c.openExec(id, data)
+		if err != nil {
+			c.reject(kindExecution, c.k.execs()+" "+id, err)
 			continue
 		}
 		s.execs[id], s.keys[id] = rec, key
@@ -121,7 +121,12 @@ func (c *Cluster) load(ctx context.Context) (snapshot, []error, error) {
 		return s, nil, fmt.Errorf("reading amendments: %w", err)
 	}
 	for host, v := range amend {
-		a, err := parseAmend(host, v)
+		payload, err := c.seal.open(c.k.amend(), host, v)
+		if err != nil {
+			c.reject(kindAmendment, c.k.amend()+" "+host, err)
+			continue
+		}
+		a, err := parseAmend(host, payload)
 		if err != nil {
 			bad = append(bad, fmt.Errorf("%s field %q: %v", c.k.amend(), host, err))
 			continue
@@ -136,16 +141,22 @@ func (c *Cluster) load(ctx context.Context) (snapshot, []error, error) {
 		if err != nil {
 			return s, nil, fmt.Errorf("reading session caches: %w", err)
 		}
-		for field, outcome := range entries {
+		for field, v := range entries {
+			payload, err := c.seal.open(key, field, v)
+			if err != nil {
+				c.reject(kindCache, key, err)
+				continue
+			}
 			rk, err := parseReviewField(sess, field)
-			if err == nil && cacheOutcome(outcome) == "" {
-				err = fmt.Errorf("outcome %.20q is not allow_session, allow_always or deny_always", outcome)
+			var cv cacheValue
+			if err == nil {
+				cv, err = parseCacheValue(payload)
 			}
 			if err != nil {
 				bad = append(bad, fmt.Errorf("%s field %.80q: %v", key, field, err))
 				continue
 			}
-			s.caches = append(s.caches, cacheChange{Key: rk, Outcome: outcome})
+			s.caches = append(s.caches, cacheChange{Key: rk, Outcome: cv.Outcome, Seq: cv.Seq})
 		}
 	}
 	if err := iter.Err(); err != nil {
@@ -158,11 +169,15 @@ func (c *Cluster) apply(s snapshot) {
 	for id, rec := range s.execs {
 		c.adopt(rec, s.keys[id])
 	}
-	// Executions of other replicas that are no longer shared have ended.
+	// Executions of other replicas that are no longer shared have ended —
+	// when their replica is dead. A live replica announces its ends on the
+	// stream (sealed); a record merely deleted from Redis is not an end
+	// (the origin republishes it, see sweepOwnExecs).
 	c.mu.Lock()
 	var gone []string
-	for id := range c.adopted {
-		if _, ok := s.execs[id]; !ok {
+	now := time.Now()
+	for id, node := range c.adopted {
+		if _, ok := s.execs[id]; !ok && now.Sub(time.UnixMilli(c.beats[node])) > nodeTTL {
 			gone = append(gone, id)
 		}
 	}
@@ -171,12 +186,28 @@ func (c *Cluster) apply(s snapshot) {
 		c.end(id)
 	}
 	for _, a := range s.amend {
+		if !c.replay.accept(amendItem(a.Host), a.Seq) {
+			c.reject(kindAmendment, c.k.amend()+" "+a.Host, errReplayed)
+			continue
+		}
 		c.applyAmend(a)
 	}
+	for _, ch := range s.caches {
+		c.applyCache(ch, c.k.cache(ch.Key.Session))
+	}
+}
+
+var errReplayed = errors.New("replayed: older than a version this replica has accepted")
+
+// applyCache hands a session cache outcome to the approval service unless
+// it is older than one already accepted for the entry.
+func (c *Cluster) applyCache(ch cacheChange, where string) {
+	if !c.replay.accept(cacheItem(ch.Key.Session, reviewField(ch.Key)), ch.Seq) {
+		c.reject(kindCache, where, errReplayed)
+		return
+	}
 	if r := c.reviewSink(); r != nil {
-		for _, ch := range s.caches {
-			r.ApplyClusterCache(ch.Key, ch.Outcome)
-		}
+		r.ApplyClusterCache(ch.Key, ch.Outcome)
 	}
 }
 
@@ -262,7 +293,13 @@ func sleep(ctx context.Context, d time.Duration) {
 func (c *Cluster) applyChange(msg redis.XMessage) {
 	typ, _ := msg.Values["t"].(string)
 	origin, _ := msg.Values["n"].(string)
-	data, _ := msg.Values["d"].(string)
+	sealed, _ := msg.Values["d"].(string)
+	payload, err := c.seal.open(c.k.events(), streamField(typ, origin), sealed)
+	if err != nil {
+		c.reject(kindChange, c.k.events()+" "+msg.ID, err)
+		return
+	}
+	data := payload
 	self := origin == c.node
 	bad := func(err error) {
 		c.m.errors.WithLabelValues("parse").Inc()
@@ -280,31 +317,37 @@ func (c *Cluster) applyChange(msg redis.XMessage) {
 		}
 	case evExecEnd:
 		var e execEnd
-		if err := json.Unmarshal([]byte(data), &e); err != nil || e.ID == "" {
+		if err := json.Unmarshal(data, &e); err != nil || e.ID == "" {
 			bad(fmt.Errorf("exec_end: %v", err))
 			return
 		}
 		c.end(e.ID)
 	case evAmend:
 		var a amendChange
-		if err := json.Unmarshal([]byte(data), &a); err != nil || a.Host == "" || (a.Verdict != "allow" && a.Verdict != "deny") {
+		if err := json.Unmarshal(data, &a); err != nil || a.Host == "" || (a.Verdict != "allow" && a.Verdict != "deny") {
 			bad(fmt.Errorf("amend: %v", err))
+			return
+		}
+		if !c.replay.accept(amendItem(a.Host), a.Seq) {
+			c.reject(kindAmendment, c.k.events()+" "+msg.ID, errReplayed)
 			return
 		}
 		c.applyAmend(a)
 	case evCache:
 		var ch cacheChange
-		if err := json.Unmarshal([]byte(data), &ch); err != nil || ch.Key.Host == "" || cacheOutcome(ch.Outcome) == "" {
+		if err := json.Unmarshal(data, &ch); err != nil || ch.Key.Host == "" || cacheOutcome(ch.Outcome) == "" {
 			bad(fmt.Errorf("cache: %v", err))
 			return
 		}
-		if r := c.reviewSink(); r != nil {
-			r.ApplyClusterCache(ch.Key, ch.Outcome)
-		}
+		c.applyCache(ch, c.k.events()+" "+msg.ID)
 	case evCreated:
 		var a approvalsvc.Approval
-		if err := json.Unmarshal([]byte(data), &a); err != nil || a.ID == "" {
+		if err := json.Unmarshal(data, &a); err != nil || a.ID == "" {
 			bad(fmt.Errorf("created: %v", err))
+			return
+		}
+		if c.replay.isDecided(a.ID) {
+			c.reject(kindPending, c.k.events()+" "+msg.ID, errors.New("replayed: this review was decided"))
 			return
 		}
 		if r := c.reviewSink(); r != nil && !self {
@@ -312,10 +355,11 @@ func (c *Cluster) applyChange(msg redis.XMessage) {
 		}
 	case evDecided:
 		var d approvalsvc.ClusterDecision
-		if err := json.Unmarshal([]byte(data), &d); err != nil || d.ID == "" {
+		if err := json.Unmarshal(data, &d); err != nil || d.ID == "" {
 			bad(fmt.Errorf("decided: %v", err))
 			return
 		}
+		c.replay.decide(d.ID)
 		c.deliver(d)
 		// This replica's own decisions reached its page when it took them.
 		if r := c.reviewSink(); r != nil && !self {
@@ -350,7 +394,7 @@ func (c *Cluster) beat(ctx context.Context, sweep bool) {
 	now := time.Now()
 	info, _ := json.Marshal(nodeInfo{Heartbeat: now.UnixMilli(), Started: c.started.UnixMilli(), Position: *c.pos.Load()})
 	c.m.cmd("heartbeat")
-	if err := c.rdb.HSet(ctx, c.k.nodes(), c.node, info).Err(); err != nil {
+	if err := c.rdb.HSet(ctx, c.k.nodes(), c.node, c.seal.seal(c.k.nodes(), c.node, info)).Err(); err != nil {
 		c.fail("heartbeat", err)
 		return
 	}
@@ -365,11 +409,27 @@ func (c *Cluster) beat(ctx context.Context, sweep bool) {
 	}
 	dead := map[string]bool{}
 	for id, data := range nodes {
+		// A heartbeat that fails verification is ignored: the node's last
+		// verified one decides whether it is alive (so neither a forged
+		// beat keeps a dead replica alive nor a garbled one kills a live
+		// replica's executions).
 		var ni nodeInfo
-		if json.Unmarshal([]byte(data), &ni) != nil {
+		payload, err := c.seal.open(c.k.nodes(), id, data)
+		if err != nil {
+			c.reject(kindHeartbeat, c.k.nodes()+" "+id, err)
+		} else if json.Unmarshal(payload, &ni) != nil {
 			continue
 		}
-		age := now.Sub(time.UnixMilli(ni.Heartbeat))
+		c.mu.Lock()
+		if ni.Heartbeat > c.beats[id] {
+			c.beats[id] = ni.Heartbeat
+		}
+		last := c.beats[id]
+		c.mu.Unlock()
+		if last == 0 {
+			continue
+		}
+		age := now.Sub(time.UnixMilli(last))
 		if id != c.node && age > nodeTTL {
 			dead[id] = true
 			if age > forgetNodeAfter {
@@ -383,6 +443,8 @@ func (c *Cluster) beat(ctx context.Context, sweep bool) {
 	}
 	if sweep {
 		c.sweepPending(ctx, now)
+		c.sweepOwnExecs(ctx)
+		c.replay.prune(now)
 	}
 }
 
@@ -395,13 +457,14 @@ func (c *Cluster) reapExecs(ctx context.Context, dead map[string]bool) {
 		return
 	}
 	for id, data := range execs {
-		rec, _, err := parseExec(data)
+		rec, _, err := c.openExec(id, data)
 		if err != nil || !dead[rec.Node] {
 			continue
 		}
 		if n, err := c.rdb.HDel(ctx, c.k.execs(), id).Result(); err == nil && n == 1 {
+			c.rdb.HDel(ctx, c.k.tokens(), rec.TokenSHA256)
 			d, _ := json.Marshal(execEnd{ID: id})
-			c.rdb.XAdd(ctx, &redis.XAddArgs{Stream: c.k.events(), MaxLen: streamMaxLen, Approx: true, Values: []any{"t", evExecEnd, "n", c.node, "d", string(d)}})
+			c.xadd(ctx, c.rdb, evExecEnd, d)
 			c.log.Info("execution of a dead replica expired", "execution_id", id, "node", rec.Node)
 		}
 	}
@@ -417,13 +480,58 @@ func (c *Cluster) sweepPending(ctx context.Context, now time.Time) {
 		return
 	}
 	for id, data := range all {
-		var p pendingRecord
-		if json.Unmarshal([]byte(data), &p) != nil {
+		p, err := c.openPending(id, data)
+		if err != nil {
 			continue
 		}
 		if now.Sub(time.UnixMilli(p.Deadline)) > 5*time.Second {
 			c.Decide(ctx, approvalsvc.ClusterDecision{ID: id, Key: p.Key, Outcome: approvalsvc.OutcomeTimeout, Reviewer: "user",
 				Rationale: "no decision before the review's deadline"}, false)
+		}
+	}
+}
+
+// sweepOwnExecs keeps the shared executions of this replica true to its
+// registry: a record of one of its ended executions written back is removed
+// and its end announced again; a record of a live one that was deleted or
+// garbled is republished.
+func (c *Cluster) sweepOwnExecs(ctx context.Context) {
+	if c.execs == nil {
+		return
+	}
+	c.m.cmd("sweep_execs")
+	all, err := c.rdb.HGetAll(ctx, c.k.execs()).Result()
+	if err != nil {
+		c.fail("sweep_execs", err)
+		return
+	}
+	for id, data := range all {
+		rec, _, err := c.openExec(id, data)
+		if err != nil || rec.Node != c.node || !c.replay.isEnded(id) {
+			continue
+		}
+		if _, live := c.execs.Get(id); live {
+			continue
+		}
+		c.reject(kindExecution, c.k.execs()+" "+id, errors.New("replayed: this replica ended the execution"))
+		if err := c.publishExecEnd(ctx, id); err != nil {
+			return
+		}
+	}
+	for _, e := range c.execs.Active() {
+		c.mu.Lock()
+		_, remote := c.adopted[e.ID]
+		c.mu.Unlock()
+		if remote {
+			continue
+		}
+		if _, _, err := c.openExec(e.ID, all[e.ID]); err == nil {
+			continue
+		}
+		if key, ok := c.execs.TokenKey(e.ID); ok {
+			if err := c.publishExec(ctx, execRecord{Execution: e, TokenSHA256: fmt.Sprintf("%x", key), Node: c.node}); err != nil {
+				return
+			}
 		}
 	}
 }

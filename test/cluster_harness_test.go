@@ -108,10 +108,35 @@ func StartReplica(t *testing.T, redisURL, node, extraApprovals string) *ClusterR
 		c.Hosts[h] = []string{"127.0.0.1"}
 	}
 	c.Approvals = true
-	c.Extra = extraApprovals + fmt.Sprintf("\n[cluster]\nredis = %q\nnode_id = %q\nkey_prefix = \"e2e:\"\n", redisURL, node)
+	c.Extra = extraApprovals + fmt.Sprintf("\n[cluster]\nredis = %q\nnode_id = %q\nkey_prefix = \"e2e:\"\nkey_file = %q\n", redisURL, node, ClusterKeyFile(t))
 	p := WriteProxyConfig(t, c)
 	p.Start(t)
 	return &ClusterReplica{apprProxy: &apprProxy{Proxy: p, t: t}, Node: node}
+}
+
+// testClusterKey is the key every test replica shares (cluster.key_file).
+const testClusterKey = "e2e-cluster-key-0123456789abcdef-0123456789abcdef"
+
+// ClusterKeyFile writes the shared cluster key into a fresh file (mode
+// 0600) and returns its path.
+func ClusterKeyFile(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "cluster.key")
+	if err := os.WriteFile(p, []byte(testClusterKey), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// RedisCLI runs redis-cli against r (the attacker's tool: Redis access
+// without the cluster key) and returns its trimmed output.
+func (r *Redis) CLI(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("redis-cli", append([]string{"-p", fmt.Sprint(r.Port), "--raw"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // countingHook writes a hook that appends a line to a file per call and

@@ -613,7 +613,7 @@ func TestClusterBadInput(t *testing.T) {
 		{rds.URL(), "foreign:", "schema version"},
 	} {
 		c := StdConfig()
-		c.Extra = fmt.Sprintf("[cluster]\nredis = %q\nkey_prefix = %q\n", tc.url, tc.prefix)
+		c.Extra = fmt.Sprintf("[cluster]\nredis = %q\nkey_prefix = %q\nkey_file = %q\n", tc.url, tc.prefix, ClusterKeyFile(t))
 		p := WriteProxyConfig(t, c)
 		cmd := NetproxyCmd(t, p, "serve", "--config", p.ConfigPath)
 		out, err := cmd.CombinedOutput()

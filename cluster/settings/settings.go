@@ -24,7 +24,13 @@ type Settings struct {
 	Redis     string // redis://, rediss://, redis-sentinel://, rediss-sentinel://
 	NodeID    string // default hostname-pid
 	KeyPrefix string // default "netproxy:"
+	// KeyFile is the HMAC-SHA256 key of every record netproxy writes
+	// (its bytes, at least MinKeyBytes, mode 0600 or stricter). Required.
+	KeyFile string
 }
+
+// MinKeyBytes is the shortest accepted cluster.key_file.
+const MinKeyBytes = 32
 
 // Enabled reports whether cluster mode is on.
 func (s Settings) Enabled() bool { return strings.TrimSpace(s.Redis) != "" }
@@ -69,6 +75,9 @@ func (s Settings) Validate() []*FieldError {
 	}
 	if len(s.NodeID) > 128 {
 		errs = append(errs, &FieldError{Key: "node_id", Msg: "longer than 128 bytes"})
+	}
+	if strings.TrimSpace(s.KeyFile) == "" {
+		errs = append(errs, &FieldError{Key: "key_file", Msg: fmt.Sprintf("required in cluster mode: a file of at least %d random bytes, mode 0600, the same on every replica (e.g. head -c 32 /dev/urandom > cluster.key; chmod 600 cluster.key)", MinKeyBytes)})
 	}
 	if strings.ContainsAny(s.KeyPrefix, " \t\r\n") {
 		errs = append(errs, &FieldError{Key: "key_prefix", Msg: "must not contain white space"})

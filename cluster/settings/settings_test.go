@@ -32,7 +32,7 @@ func TestValidate(t *testing.T) {
 	for _, e := range errs {
 		keys = append(keys, e.Key)
 	}
-	if strings.Join(keys, " ") != "redis node_id key_prefix" {
+	if strings.Join(keys, " ") != "redis node_id key_file key_prefix" {
 		t.Fatalf("keys %v", keys)
 	}
 	s := Settings{Redis: "redis://h"}.WithDefaults()

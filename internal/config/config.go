@@ -174,11 +174,14 @@ type Cluster struct {
 	Redis     string `toml:"redis"`
 	NodeID    string `toml:"node_id"`
 	KeyPrefix string `toml:"key_prefix"`
+	// KeyFile holds the HMAC key every shared record is authenticated
+	// with (SPEC §7.7); required in cluster mode.
+	KeyFile string `toml:"key_file"`
 }
 
 // Settings maps [cluster] onto the cluster package's own settings type.
 func (c Cluster) Settings() clustersettings.Settings {
-	return clustersettings.Settings{Redis: c.Redis, NodeID: c.NodeID, KeyPrefix: c.KeyPrefix}
+	return clustersettings.Settings{Redis: c.Redis, NodeID: c.NodeID, KeyPrefix: c.KeyPrefix, KeyFile: c.KeyFile}
 }
 
 // Duration is a time.Duration written in TOML as a Go duration string ("2s").

@@ -462,6 +462,7 @@ func resolvePaths(c *Config) {
 	if c.Shadow.Config != "" {
 		c.Shadow.Config = ExpandPath(c.Shadow.Config, base)
 	}
+	c.Cluster.KeyFile = ExpandPath(c.Cluster.KeyFile, base)
 }
 
 // validate checks every value; each error names its key.
