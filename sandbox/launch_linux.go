@@ -130,7 +130,7 @@ func validateSpec(s *Spec) error {
 	}
 	if s.InitPath == "" {
 		s.InitPath = "/proc/self/exe"
-		s.InitArgs = []string{"__sandbox-init"}
+		s.InitArgs = []string{InitArg}
 	}
 	return nil
 }

@@ -412,7 +412,7 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rep := sandbox.Probe(ctx, "/proc/self/exe", []string{"__sandbox-init"})
+	rep := sandbox.Probe(ctx, "/proc/self/exe", []string{sandbox.InitArg})
 	sock := netctl.DefaultSocket()
 	ctlState := "reachable"
 	if err := netctl.New(sock).Ping(ctx); err != nil {
@@ -494,6 +494,3 @@ func sortedKeys(m map[string]string) []string {
 	sort.Strings(ks)
 	return ks
 }
-
-// runSandboxInit is the re-executed init inside the sandbox namespaces.
-func runSandboxInit(args []string) int { return sandbox.InitMain() }
