@@ -16,6 +16,7 @@ import (
 	"github.com/netproxy/netproxy/internal/config"
 	"github.com/netproxy/netproxy/sandbox"
 	"github.com/netproxy/netproxy/sandbox/netctl"
+	"github.com/netproxy/netproxy/sandbox/orchestrator"
 	"github.com/netproxy/netproxy/sandbox/selftest"
 )
 
@@ -48,7 +49,7 @@ func runSelftest(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	asJSON := ro.json
-	kind, writable := workspaceRoots(inv.Kind, inv.Cwd, inv.BaseCwd, ro.writableRoots)
+	kind, writable := orchestrator.WorkspaceRoots(inv.Kind, inv.Cwd, inv.BaseCwd, ro.writableRoots)
 	if kind == sandbox.KindWorkspaceWrite {
 		writable = append([]string{inv.Cwd}, writable...)
 	}
