@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,120 +14,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// InitMain is the body of `execwrap __sandbox-init`: it runs as pid 1 of the
-// new namespaces (or, in the landlock tier, as a plain child), reads its
-// config from fd 3, builds the sandbox, starts the command as its child,
-// forwards signals, reaps, and exits with the command's status. It returns
-// the process exit code.
-func InitMain() int {
-	if base := os.Getenv(janitorEnv); base != "" {
-		return placeholderJanitor(base)
-	}
-	// Every restriction below is per thread; the command is forked from this
-	// thread. Never unlocked.
-	runtime.LockOSThread()
-	// Nothing but 0-2 may reach the command: fds execwrap itself inherited
-	// without close-on-exec (an agent socket, say) would be a way out.
-	_ = unix.CloseRange(ctlInitFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
-	ctl := ctlInitFD
-	m, fds, err := ctlRecv(ctl)
-	if err != nil || m.Type != msgConfig || m.Config == nil || len(fds) != m.Config.CgroupFDs {
-		for _, f := range fds {
-			unix.Close(f)
-		}
-		fmt.Fprintf(os.Stderr, "execwrap __sandbox-init: no config on fd 3 (%v); this command is internal to execwrap run\n", err)
-		return 125
-	}
-	unix.CloseOnExec(ctl)
-	cfg := m.Config
-	code, err := initRun(ctl, cfg, fds)
-	if err != nil {
-		var se *stepError
-		step := "setup"
-		if errors.As(err, &se) {
-			step = se.Step
-		}
-		_ = ctlSend(ctl, ctlMsg{Type: msgSetupFailed, Step: step, Errno: errnoName(errors.Unwrap(err)), Text: err.Error()})
-		return 125
-	}
-	return code
-}
-
+// initRun builds the sandbox in the init, in order: the namespaces tier's
+// mounts, network and listeners; the command's pty; keyring, dumpable and
+// capabilities; Landlock and seccomp; the cgroups; then the command.
 func initRun(ctl int, cfg *initConfig, cgroupProcs []int) (int, error) {
 	var notes []string
 	if cfg.Tier == TierNamespaces {
-		plan, err := planMounts(cfg, pathExists)
-		if err != nil {
-			return 0, stepErr("mount_plan", err)
-		}
-		var prepared func() error
-		if cfg.AwaitPrepared {
-			prepared = func() error {
-				r, fds, err := ctlRecv(ctl)
-				for _, f := range fds {
-					unix.Close(f)
-				}
-				if err == nil && r.Type != msgPrepared {
-					err = fmt.Errorf("unexpected %q", r.Type)
-				}
-				return err
-			}
-		}
-		n, err := applyMounts(plan, prepared)
+		n, err := initNamespaces(ctl, cfg)
 		if err != nil {
 			return 0, err
 		}
 		notes = append(notes, n...)
-		_ = unix.Sethostname([]byte("sandbox"))
-		if err := writeFiles("/tmp", cfg.Files); err != nil { // the private tmpfs
-			return 0, stepErr("write_files", err)
-		}
-		if err := bringLoopbackUp(); err != nil {
-			return 0, stepErr("loopback_up", err)
-		}
-		if len(cfg.Listeners) > 0 {
-			for _, l := range cfg.Listeners {
-				fd, err := listenLoopback(l.Port)
-				if err != nil {
-					return 0, stepErr(fmt.Sprintf("listen 127.0.0.1:%d", l.Port), err)
-				}
-				err = ctlSend(ctl, ctlMsg{Type: msgListener, Name: l.Name}, fd)
-				unix.Close(fd)
-				if err != nil {
-					return 0, stepErr("send_listener", err)
-				}
-			}
-			r, fds, err := ctlRecv(ctl)
-			for _, f := range fds {
-				unix.Close(f)
-			}
-			if err != nil || r.Type != msgBridgeReady {
-				return 0, stepErr("bridge_ready", fmt.Errorf("parent did not confirm the bridge (%v, %q)", err, r.Type))
-			}
-		}
 	} else {
 		// Landlock tier: no pid namespace, so adopt orphans to kill them.
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	}
-	stdin, ownPTY := -1, ""
-	if cfg.PTY != nil {
-		// After the mounts: in the namespaces tier /dev/ptmx is the
-		// sandbox's own devpts instance, so the command's terminal is
-		// /dev/pts/0 there and ttyname() works.
-		master, slave, err := openPTY(cfg.PTY)
-		if err != nil {
-			return 0, stepErr("pty", err)
-		}
-		if n, err := unix.IoctlGetUint32(master, unix.TIOCGPTN); err == nil {
-			ownPTY = fmt.Sprintf("/dev/pts/%d", n)
-		}
-		err = ctlSend(ctl, ctlMsg{Type: msgPTY}, master)
-		unix.Close(master)
-		if err != nil {
-			unix.Close(slave)
-			return 0, stepErr("send_pty", err)
-		}
-		stdin = slave
+	stdin, ownPTY, err := initPTY(ctl, cfg)
+	if err != nil {
+		return 0, err
 	}
 	if err := joinAnonymousSessionKeyring(); err != nil {
 		return 0, stepErr("session_keyring", err)
@@ -139,40 +42,11 @@ func initRun(ctl int, cfg *initConfig, cgroupProcs []int) (int, error) {
 	if err := dropCapabilities(); err != nil {
 		return 0, stepErr("drop_capabilities", err)
 	}
-	rw := append([]string(nil), cfg.WritableRoots...)
-	if cfg.Kind == KindWorkspaceWrite {
-		rw = append(rw, cfg.Cwd)
-	}
-	ll := landlockRules{RWDirs: rw, Hidden: cfg.Hidden, SplitRW: cfg.Tier == TierLandlock}
-	if cfg.Tier == TierNamespaces {
-		ll.RWDirs = append(ll.RWDirs, "/tmp", "/run", "/dev/shm")
-	} else {
-		// The writable roots keep .git & co. read-only (llprotect_linux.go),
-		// listed with the command's own credentials; the private TMPDIR
-		// is no workspace and stays writable whole.
-		roots, protected, n, err := landlockProtection(rw, cfg.ProtectedNames)
-		if err != nil {
-			return 0, stepErr("git_scan", err)
-		}
-		notes = append(notes, n...)
-		ll.RWDirs, ll.ReadOnly = append(roots, cfg.PrivateTmp), protected
-		ll.HandleNet, ll.ConnectPorts, ll.Required, ll.MinABI = true, cfg.ConnectPorts, true, 4
-		// No private /dev here: Landlock grants only the usual nodes and
-		// the command's own pty, never the host's other terminals.
-		ll.HostDev, ll.OwnPTY = true, ownPTY
-	}
-	abi, err := applyLandlock(ll)
+	abi, n, err := initLandlock(cfg, ownPTY)
 	if err != nil {
-		return 0, stepErr("landlock", err)
+		return 0, err
 	}
-	if abi == 0 {
-		if cfg.RequireLandlock {
-			return 0, stepErr("landlock", errors.New("Landlock is unavailable on this kernel and the caller is root: "+
-				"the namespaces alone would leave root's other open paths (/proc/self/fd re-opens, host mounts) unconfined; "+
-				"failing closed. Pass --allow-degraded to run without Landlock"))
-		}
-		notes = append(notes, "landlock_unavailable")
-	}
+	notes = append(notes, n...)
 	filter := FilterOptions{AllowInet: true}
 	if cfg.Tier == TierLandlock {
 		filter.AllowInet = cfg.Network != NetworkNone
@@ -198,8 +72,130 @@ func initRun(ctl int, cfg *initConfig, cgroupProcs []int) (int, error) {
 	if err := ctlSend(ctl, ctlMsg{Type: msgSetup, LandlockABI: abi, Notes: notes}); err != nil {
 		return 0, stepErr("report_setup", err)
 	}
-
 	return superviseCommand(ctl, cfg, stdin)
+}
+
+// initNamespaces builds the namespaces tier's filesystem, hostname, /tmp
+// files, loopback and in-sandbox proxy listeners.
+func initNamespaces(ctl int, cfg *initConfig) ([]string, error) {
+	plan, err := planMounts(cfg, pathExists)
+	if err != nil {
+		return nil, stepErr("mount_plan", err)
+	}
+	var prepared func() error
+	if cfg.AwaitPrepared {
+		prepared = func() error {
+			r, fds, err := ctlRecv(ctl)
+			closeFDs(fds)
+			if err == nil && r.Type != msgPrepared {
+				err = fmt.Errorf("unexpected %q", r.Type)
+			}
+			return err
+		}
+	}
+	notes, err := applyMounts(plan, prepared)
+	if err != nil {
+		return nil, err
+	}
+	_ = unix.Sethostname([]byte("sandbox"))
+	if err := writeFiles("/tmp", cfg.Files); err != nil { // the private tmpfs
+		return nil, stepErr("write_files", err)
+	}
+	if err := bringLoopbackUp(); err != nil {
+		return nil, stepErr("loopback_up", err)
+	}
+	return notes, initListeners(ctl, cfg.Listeners)
+}
+
+// initListeners hands the in-sandbox proxy listeners to the parent and
+// waits for its bridge.
+func initListeners(ctl int, ls []listenerConfig) error {
+	if len(ls) == 0 {
+		return nil
+	}
+	for _, l := range ls {
+		fd, err := listenLoopback(l.Port)
+		if err != nil {
+			return stepErr(fmt.Sprintf("listen 127.0.0.1:%d", l.Port), err)
+		}
+		err = ctlSend(ctl, ctlMsg{Type: msgListener, Name: l.Name}, fd)
+		unix.Close(fd)
+		if err != nil {
+			return stepErr("send_listener", err)
+		}
+	}
+	r, fds, err := ctlRecv(ctl)
+	closeFDs(fds)
+	if err != nil || r.Type != msgBridgeReady {
+		return stepErr("bridge_ready", fmt.Errorf("parent did not confirm the bridge (%v, %q)", err, r.Type))
+	}
+	return nil
+}
+
+// initPTY gives the command a terminal of its own when the caller has one:
+// the master goes to the parent, the slave is the command's stdin (-1:
+// none).
+func initPTY(ctl int, cfg *initConfig) (stdin int, ownPTY string, err error) {
+	if cfg.PTY == nil {
+		return -1, "", nil
+	}
+	// After the mounts: in the namespaces tier /dev/ptmx is the
+	// sandbox's own devpts instance, so the command's terminal is
+	// /dev/pts/0 there and ttyname() works.
+	master, slave, err := openPTY(cfg.PTY)
+	if err != nil {
+		return -1, "", stepErr("pty", err)
+	}
+	if n, err := unix.IoctlGetUint32(master, unix.TIOCGPTN); err == nil {
+		ownPTY = fmt.Sprintf("/dev/pts/%d", n)
+	}
+	err = ctlSend(ctl, ctlMsg{Type: msgPTY}, master)
+	unix.Close(master)
+	if err != nil {
+		unix.Close(slave)
+		return -1, "", stepErr("send_pty", err)
+	}
+	return slave, ownPTY, nil
+}
+
+// initLandlock applies the tier's Landlock rules; its ABI is 0 when the
+// kernel has none (refused for root unless --allow-degraded).
+func initLandlock(cfg *initConfig, ownPTY string) (abi int, notes []string, err error) {
+	rw := append([]string(nil), cfg.WritableRoots...)
+	if cfg.Kind == KindWorkspaceWrite {
+		rw = append(rw, cfg.Cwd)
+	}
+	ll := landlockRules{RWDirs: rw, Hidden: cfg.Hidden, SplitRW: cfg.Tier == TierLandlock}
+	if cfg.Tier == TierNamespaces {
+		ll.RWDirs = append(ll.RWDirs, "/tmp", "/run", "/dev/shm")
+	} else {
+		// The writable roots keep .git & co. read-only (llprotect_linux.go),
+		// listed with the command's own credentials; the private TMPDIR
+		// is no workspace and stays writable whole.
+		roots, protected, n, err := landlockProtection(rw, cfg.ProtectedNames)
+		if err != nil {
+			return 0, nil, stepErr("git_scan", err)
+		}
+		notes = append(notes, n...)
+		ll.RWDirs, ll.ReadOnly = append(roots, cfg.PrivateTmp), protected
+		ll.HandleNet, ll.ConnectPorts, ll.Required, ll.MinABI = true, cfg.ConnectPorts, true, 4
+		// No private /dev here: Landlock grants only the usual nodes and
+		// the command's own pty, never the host's other terminals.
+		ll.HostDev, ll.OwnPTY = true, ownPTY
+	}
+	abi, err = applyLandlock(ll)
+	if err != nil {
+		return 0, nil, stepErr("landlock", err)
+	}
+	if abi == 0 {
+		if cfg.RequireLandlock {
+			return 0, nil, stepErr("landlock", errors.New("Landlock is unavailable on this kernel and the caller is root: "+
+				"the namespaces alone would leave root's other open paths (/proc/self/fd re-opens, host mounts) unconfined; "+
+				"failing closed. Pass --allow-degraded to run without Landlock"))
+		}
+		notes = append(notes, "landlock_unavailable")
+	}
+	return abi, notes, nil
 }
 
 // openPTY opens a new pty pair (close-on-exec) and gives the slave the

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/netproxy/netproxy/sandbox"
 	"github.com/netproxy/netproxy/sandbox/selftest"
 )
 
@@ -22,8 +23,8 @@ const usage = `usage:
 func main() {
 	// The sandbox init is re-executed inside the new namespaces; it must be
 	// dispatched before anything else runs.
-	if len(os.Args) > 1 && os.Args[1] == "__sandbox-init" {
-		os.Exit(runSandboxInit(os.Args[2:]))
+	if sandbox.IsInitArgs(os.Args) {
+		os.Exit(sandbox.InitMain())
 	}
 	// The selftest's probe battery is the command inside the sandbox.
 	if len(os.Args) > 1 && os.Args[1] == selftest.ProbeArg {

@@ -180,27 +180,37 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	if ro.timeout == 0 && inv.TimeoutMS > 0 {
 		ro.timeout = time.Duration(inv.TimeoutMS) * time.Millisecond
 	}
+	if err := ro.settleNetwork(inv.Kind); err != nil {
+		return nil, ro, err
+	}
+	return inv, ro, nil
+}
+
+// settleNetwork defaults --network by the sandbox kind (proxied when it
+// confines, else host), refuses the combinations that cannot hold and
+// builds the network policy to register.
+func (ro *runOptions) settleNetwork(kind sandbox.Kind) error {
 	if ro.network == "" {
 		ro.network = string(sandbox.NetworkProxied)
-		if !inv.Kind.Confining() {
+		if !kind.Confining() {
 			ro.network = string(sandbox.NetworkHost)
 		}
 	}
 	if _, err := sandbox.ParseNetworkMode(ro.network); err != nil {
-		return nil, ro, err
+		return err
 	}
-	if ro.network == string(sandbox.NetworkHost) && inv.Kind.Confining() {
-		return nil, ro, fmt.Errorf("--network host needs --sandbox danger-full-access or external (got %s)", inv.Kind)
+	if ro.network == string(sandbox.NetworkHost) && kind.Confining() {
+		return fmt.Errorf("--network host needs --sandbox danger-full-access or external (got %s)", kind)
 	}
-	if ro.network == string(sandbox.NetworkNone) && !inv.Kind.Confining() {
-		return nil, ro, fmt.Errorf("--network none needs --sandbox read-only or workspace-write (got %s)", inv.Kind)
+	if ro.network == string(sandbox.NetworkNone) && !kind.Confining() {
+		return fmt.Errorf("--network none needs --sandbox read-only or workspace-write (got %s)", kind)
 	}
-	np, perr := ro.netFlags.policy(ro.network)
-	if perr != nil {
-		return nil, ro, perr
+	np, err := ro.netFlags.policy(ro.network)
+	if err != nil {
+		return err
 	}
 	ro.netPolicy = np
-	return inv, ro, nil
+	return nil
 }
 
 // totalRAM is the host's RAM in bytes (0 when unknown).

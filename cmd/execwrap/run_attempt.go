@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,213 +20,31 @@ import (
 	"github.com/netproxy/netproxy/sandbox/orchestrator"
 )
 
-// attempt runs the command once (the orchestrator's AttemptFunc).
+// attempt runs the command once (the orchestrator's AttemptFunc; selftest
+// runs its probe battery through it too).
 func (r *runner) attempt(ctx context.Context, sandboxed bool) (orchestrator.AttemptResult, error) {
-	var ar orchestrator.AttemptResult
-	env, sandboxed, gitNotes := r.gitGuard(ctx, sandboxed)
-	kind := r.inv.Kind
-	network := sandbox.NetworkMode(r.opts.network)
-	var keptSandbox bool
-	if !sandboxed && kind.Confining() {
-		if network == sandbox.NetworkNone {
-			// An explicit --network none is the operator's limit, not the
-			// sandbox's: only the sandbox can enforce it, so a bypassing
-			// rule or an escalation never turns it into host networking.
-			keptSandbox = true
-		} else {
-			// An approved escalation or a bypassing allow rule: no sandbox.
-			// A proxied network stays proxied (attributed, not enforced).
-			kind = sandbox.KindDangerFullAccess
-		}
-	}
-	outBuf, errBuf := newCappedBuffer(r.opts.maxOutput), newCappedBuffer(r.opts.maxOutput)
-	kind, writable := workspaceRoots(kind, r.inv.Cwd, r.inv.BaseCwd, r.opts.writableRoots)
-	waitHidden := func() ([]string, error) { return nil, nil }
-	if kind.Confining() {
-		waitHidden = r.startHiddenPaths(ctx)
-	}
-	spec := sandbox.Spec{
-		Argv: r.inv.HandlerArgv, Cwd: r.inv.Cwd, Env: env,
-		Kind: kind, Network: network, Tier: sandbox.Tier(r.opts.tier),
-		WritableRoots: writable,
-		Stdin:         r.stdin, Timeout: r.opts.timeout, Signals: r.signals,
-		Limits: r.opts.limits, AllowDegraded: r.opts.allowDegraded,
-	}
-	if r.opts.json {
-		spec.Stdout, spec.Stderr = outBuf, errBuf
-	} else {
-		spec.Stdout, spec.Stderr = io.MultiWriter(r.stdout, outBuf), io.MultiWriter(r.stderr, errBuf)
-	}
-
-	var (
-		collected = make(chan struct{})
-		mu        sync.Mutex
-		denials   []orchestrator.NetworkDenial
-		byUser    bool
-	)
-	close(collected)
-	var (
-		reg      netctl.Registration
-		regCh    chan regOutcome
-		consumed bool
-	)
-	evCtx, evCancel := context.WithCancel(ctx)
-	defer evCancel()
-	if network == sandbox.NetworkProxied {
-		// Register and subscribe while the sandbox is being built; the
-		// command starts only after ProxyResolve returned, so the event
-		// stream is live before any request can be made.
-		regCh = make(chan regOutcome, 1)
-		go func() { regCh <- r.register(ctx, evCtx) }()
-		// Credential placeholders and the CA bundle must be in the
-		// command's environment before the sandbox starts
-		// (docs/credentials.md): wait for the registration.
-		o := <-regCh
-		regCh <- o
-		applyCredentials(&spec, o.reg)
-		stop := make(chan struct{})
-		spec.Stop = stop
-		spec.ProxyResolve = func(rctx context.Context) (*sandbox.ProxyTarget, error) {
-			var o regOutcome
-			select {
-			case o = <-regCh:
-			case <-rctx.Done():
-				return nil, rctx.Err()
-			}
-			consumed = true
-			if o.err != nil {
-				return nil, fmt.Errorf("--network proxied: %w", o.err)
-			}
-			reg = o.reg
-			collected = make(chan struct{})
-			go func() {
-				defer close(collected)
-				var once sync.Once
-				for ev := range o.events {
-					mu.Lock()
-					switch ev.Type {
-					case attribution.EventDeniedByUser:
-						byUser = true
-						once.Do(func() { close(stop) })
-					case attribution.EventNetworkDecision, attribution.EventDeniedByPolicy:
-						if ev.Decision != "allow" && ev.Host != "" {
-							denials = appendDenial(denials, orchestrator.NetworkDenial{Host: ev.Host, Port: ev.Port,
-								Protocol: ev.Protocol, Reason: ev.Reason, Source: ev.Source, Decision: ev.Decision})
-						}
-					}
-					mu.Unlock()
-				}
-			}()
-			return &sandbox.ProxyTarget{
-				HTTPAddr: reg.HTTPProxy, SOCKS5Addr: reg.SOCKS5Proxy, Token: reg.Token,
-				WriteFrame: attribution.WriteFrame,
-			}, nil
-		}
-	}
-
-	var (
-		res sandbox.Result
-		err error
-	)
-	spec.HiddenPaths, err = waitHidden()
-	if err == nil {
-		res, err = sandbox.Run(ctx, spec)
-	}
-	if network == sandbox.NetworkProxied {
-		if !consumed {
-			// The sandbox failed before it needed the proxy: finish and
-			// undo the registration.
-			if o := <-regCh; o.err == nil {
-				reg = o.reg
-			}
-		}
-		if reg.ExecutionID != "" {
-			ar.ExecutionID = reg.ExecutionID
-			// Events of this execution end with execution_ended after the
-			// DELETE; give the stream a moment so late decisions count.
-			uctx, ucancel := context.WithTimeout(context.Background(), netctl.QuickTimeout)
-			_ = r.client.Unregister(uctx, reg.ExecutionID)
-			ucancel()
-			// The denials decide nothing after a success and are only
-			// printed with --json: skip the wait for the stream's end then.
-			if err != nil || res.ExitCode != 0 || r.opts.json {
-				select {
-				case <-collected:
-				case <-time.After(2 * time.Second):
-				}
-			}
-		}
-	}
-	if err != nil {
-		return ar, err
-	}
-	mu.Lock()
-	ar.NetworkDenials, ar.DeniedByUser = denials, byUser
-	mu.Unlock()
-	if ar.DeniedByUser {
-		res.Signals = append(res.Signals, "denied_by_user")
-	}
-	if keptSandbox {
-		res.Signals = append(res.Signals, "sandbox_kept_for_network_none")
-	}
-	res.Signals = append(res.Signals, gitNotes...)
-	ar.Result = res
-	ar.Stdout, ar.Stderr = outBuf.Bytes(), errBuf.Bytes()
-	return ar, nil
+	return r.attempter().Run(ctx, sandboxed)
 }
 
-// workspaceRoots keeps the writable root of workspace-write on the
-// workspace (the base cwd), wherever a tool call's workdir points: the
-// sandbox makes its own cwd writable, so a workdir other than the base cwd
-// runs as read-only with the workspace and the --writable-root folders as
-// the writable roots. A model's workdir never chooses what is writable.
-func workspaceRoots(kind sandbox.Kind, cwd, base string, extra []string) (sandbox.Kind, []string) {
-	if kind != sandbox.KindWorkspaceWrite || filepath.Clean(cwd) == filepath.Clean(base) {
-		return kind, extra
+// attempter is the run's flags as the orchestrator's Attempter.
+func (r *runner) attempter() *orchestrator.Attempter {
+	a := &orchestrator.Attempter{
+		Argv: r.inv.HandlerArgv, Env: r.inv.Env, Cwd: r.inv.Cwd, BaseCwd: r.inv.BaseCwd,
+		Kind: r.inv.Kind, Network: sandbox.NetworkMode(r.opts.network), Tier: sandbox.Tier(r.opts.tier),
+		WritableRoots: r.opts.writableRoots, Limits: r.opts.limits, AllowDegraded: r.opts.allowDegraded,
+		Timeout: r.opts.timeout, Signals: r.signals, Requirement: r.inv.Requirement,
+		Stdin: r.stdin, MaxOutput: r.opts.maxOutput, WaitDenials: r.opts.json,
+		Control: r.client, OwnHidden: ownHiddenPaths(r.client.Socket(), r.opts.denyRead), Notes: r.stderr,
+		Execution: attribution.ExecutionSpec{
+			SessionID: r.opts.session, EnvironmentID: r.opts.envID, TurnID: r.opts.turnID,
+			Command: r.inv.HandlerArgv, Cwd: r.inv.Cwd, ApprovalPolicy: r.inv.Policy.String(),
+			Network: r.opts.netPolicy,
+		},
 	}
-	return sandbox.KindReadOnly, append([]string{filepath.Clean(base)}, extra...)
-}
-
-type regOutcome struct {
-	reg    netctl.Registration
-	events <-chan attribution.Event
-	err    error
-}
-
-// register creates the execution and opens its event stream (on evCtx, so
-// the stream ends with the attempt). A failure after registering
-// unregisters again.
-func (r *runner) register(ctx, evCtx context.Context) regOutcome {
-	rctx, rcancel := context.WithTimeout(ctx, netctl.QuickTimeout)
-	defer rcancel()
-	reg, err := r.client.Register(rctx, attribution.ExecutionSpec{
-		SessionID: r.opts.session, EnvironmentID: r.opts.envID, TurnID: r.opts.turnID,
-		Command: r.inv.HandlerArgv, Cwd: r.inv.Cwd, ApprovalPolicy: r.inv.Policy.String(),
-		Network: r.opts.netPolicy,
-	})
-	if err != nil {
-		return regOutcome{err: err}
+	if !r.opts.json { // --json prints the captured output in the result only
+		a.Stdout, a.Stderr = r.stdout, r.stderr
 	}
-	for _, n := range reg.NetworkNotes {
-		fmt.Fprintf(r.stderr, "execwrap run: note: %s\n", n)
-	}
-	events, err := r.client.Events(evCtx, reg.ExecutionID)
-	if err != nil {
-		uctx, ucancel := context.WithTimeout(context.Background(), netctl.QuickTimeout)
-		_ = r.client.Unregister(uctx, reg.ExecutionID)
-		ucancel()
-		return regOutcome{err: fmt.Errorf("event stream: %w", err)}
-	}
-	return regOutcome{reg: reg, events: events}
-}
-
-func appendDenial(ds []orchestrator.NetworkDenial, d orchestrator.NetworkDenial) []orchestrator.NetworkDenial {
-	for _, x := range ds {
-		if x == d {
-			return ds
-		}
-	}
-	return append(ds, d)
+	return a
 }
 
 // runResult is the --json result of SPEC §7.6.
@@ -304,32 +120,6 @@ func (r *runner) truncated(out orchestrator.Outcome, stdout bool) bool {
 		b = out.Final.Stdout
 	}
 	return r.opts.maxOutput > 0 && len(b) >= r.opts.maxOutput
-}
-
-// cappedBuffer keeps the first max bytes written and accepts (drops) the
-// rest, so a chatty command never blocks on a full pipe.
-type cappedBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func newCappedBuffer(max int) *cappedBuffer { return &cappedBuffer{max: max} }
-
-func (c *cappedBuffer) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if room := c.max - len(c.buf); room > 0 {
-		n := min(room, len(p))
-		c.buf = append(c.buf, p[:n]...)
-	}
-	return len(p), nil
-}
-
-func (c *cappedBuffer) Bytes() []byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]byte(nil), c.buf...)
 }
 
 // runApprover asks netproxy's approval service, else the user on a TTY,
@@ -412,7 +202,7 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rep := sandbox.Probe(ctx, "/proc/self/exe", []string{"__sandbox-init"})
+	rep := sandbox.Probe(ctx, "/proc/self/exe", []string{sandbox.InitArg})
 	sock := netctl.DefaultSocket()
 	ctlState := "reachable"
 	if err := netctl.New(sock).Ping(ctx); err != nil {
@@ -494,6 +284,3 @@ func sortedKeys(m map[string]string) []string {
 	sort.Strings(ks)
 	return ks
 }
-
-// runSandboxInit is the re-executed init inside the sandbox namespaces.
-func runSandboxInit(args []string) int { return sandbox.InitMain() }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/user"
@@ -10,7 +8,6 @@ import (
 	"strconv"
 
 	"github.com/netproxy/netproxy/internal/config"
-	"github.com/netproxy/netproxy/sandbox/netctl"
 )
 
 // defaultDenyRead are the calling user's credential stores, relative to
@@ -44,36 +41,6 @@ func ownHiddenPaths(control string, denyRead []string) []string {
 		}
 	}
 	return append(paths, denyRead...)
-}
-
-// startHiddenPaths asks netproxy for its secret paths in the background
-// (overlapping the registration) and returns the wait for the full list.
-// netproxy not running is no error (a --network none run, say): execwrap
-// still hides what it knows itself. Any other failure fails the run
-// closed: a sandbox must not start without knowing what to hide.
-func (r *runner) startHiddenPaths(ctx context.Context) func() ([]string, error) {
-	type answer struct {
-		paths []string
-		err   error
-	}
-	ch := make(chan answer, 1)
-	go func() {
-		qctx, cancel := context.WithTimeout(ctx, netctl.QuickTimeout)
-		defer cancel()
-		p, err := r.client.SecretPaths(qctx)
-		ch <- answer{p, err}
-	}()
-	own := ownHiddenPaths(r.client.Socket(), r.opts.denyRead)
-	return func() ([]string, error) {
-		a := <-ch
-		if errors.Is(a.err, netctl.ErrUnreachable) {
-			return own, nil
-		}
-		if a.err != nil {
-			return nil, fmt.Errorf("cannot learn which paths hold netproxy's secrets (GET secret-paths): %w", a.err)
-		}
-		return append(own, a.paths...), nil
-	}
 }
 
 // absPaths makes every --deny-read path absolute (against the current

@@ -16,6 +16,7 @@ import (
 	"github.com/netproxy/netproxy/internal/config"
 	"github.com/netproxy/netproxy/sandbox"
 	"github.com/netproxy/netproxy/sandbox/netctl"
+	"github.com/netproxy/netproxy/sandbox/orchestrator"
 	"github.com/netproxy/netproxy/sandbox/selftest"
 )
 
@@ -48,7 +49,7 @@ func runSelftest(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	asJSON := ro.json
-	kind, writable := workspaceRoots(inv.Kind, inv.Cwd, inv.BaseCwd, ro.writableRoots)
+	kind, writable := orchestrator.WorkspaceRoots(inv.Kind, inv.Cwd, inv.BaseCwd, ro.writableRoots)
 	if kind == sandbox.KindWorkspaceWrite {
 		writable = append([]string{inv.Cwd}, writable...)
 	}
@@ -87,19 +88,7 @@ func runSelftest(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	r := &runner{inv: inv, opts: ro, stdin: stdin, stdout: io.Discard, stderr: stderr, signals: fwd,
 		client: netctl.New(ro.control)}
 	ar, err := r.attempt(ctx, true)
-	var rep selftest.Report
-	if err != nil {
-		host.Close()
-		rep = selftest.NewReport(string(sandbox.TierNone), ro.network, nil)
-		rep.Error = err.Error()
-	} else {
-		got, perr := selftest.ParseProbeOutput(ar.Stdout)
-		if perr != nil {
-			fmt.Fprintf(stderr, "execwrap selftest: %v (exit %d, signal %q, timed out %v); its stderr:\n%s\n",
-				perr, ar.Result.ExitCode, ar.Result.Signal, ar.Result.TimedOut, tail(ar.Stderr, 2048))
-		}
-		rep = selftest.NewReport(string(ar.Result.Tier), ro.network, host.Judge(got))
-	}
+	rep := judgeSelftest(host, ar, err, ro.network, stderr)
 	if asJSON {
 		err = rep.WriteJSON(stdout)
 	} else {
@@ -109,6 +98,22 @@ func runSelftest(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return selftest.ExitSetup
 	}
 	return rep.ExitCode()
+}
+
+// judgeSelftest turns the battery's attempt into the report.
+func judgeSelftest(host *selftest.Host, ar orchestrator.AttemptResult, err error, network string, stderr io.Writer) selftest.Report {
+	if err != nil {
+		host.Close()
+		rep := selftest.NewReport(string(sandbox.TierNone), network, nil)
+		rep.Error = err.Error()
+		return rep
+	}
+	got, perr := selftest.ParseProbeOutput(ar.Stdout)
+	if perr != nil {
+		fmt.Fprintf(stderr, "execwrap selftest: %v (exit %d, signal %q, timed out %v); its stderr:\n%s\n",
+			perr, ar.Result.ExitCode, ar.Result.Signal, ar.Result.TimedOut, tail(ar.Stderr, 2048))
+	}
+	return selftest.NewReport(string(ar.Result.Tier), network, host.Judge(got))
 }
 
 // selftestFlags takes selftest's own flag (--probe-host) out of args; the

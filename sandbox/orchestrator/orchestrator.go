@@ -2,9 +2,12 @@
 // sandbox → attempt → denial detection → escalated retry (SPEC §6.4,
 // reference codex-execpolicy.md §7).
 //
-// It owns the decisions between attempts, not their mechanics: the caller
-// supplies an Approver (netproxy's control API, a TTY prompt, or fail
-// closed) and an Attempt function that runs the command sandboxed or not.
+// It owns the decisions between attempts (Run) and what one attempt keeps
+// when it runs unsandboxed (Attempter: --network none keeps the sandbox, a
+// git repository that names a program refuses a rule's bypass), and it
+// registers a proxied attempt with netproxy; the caller supplies an
+// Approver (netproxy's control API, a TTY prompt, or fail closed), the
+// flags and the output (cmd/execwrap). Tests use any Attempt function.
 // It must never run a forbidden command, run anything after a denied
 // approval or a denied_by_user event, or retry without the sandbox where the
 // approval policy does not allow it.
