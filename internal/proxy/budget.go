@@ -74,6 +74,9 @@ func (c *Core) innerOptions(conn *Conn) hostpolicy.RunOptions {
 type budgetAdmit struct {
 	core *Core
 	conn *Conn
+	// in and out are the connection's body counters, reused by each
+	// request (one request's bodies are done before the next is read).
+	in, out budgetedBody
 }
 
 // Admit runs the proxy's admission stages, then counts the request.
@@ -153,7 +156,13 @@ func (c *Core) budgetReader(conn *Conn, r io.ReadCloser, up bool) io.ReadCloser 
 	if conn.budget == nil {
 		return r
 	}
-	return &budgetedBody{core: c, conn: conn, r: r, up: up}
+	a := c.budgetAdmitter(conn)
+	bb := &a.in
+	if up {
+		bb = &a.out
+	}
+	*bb = budgetedBody{core: c, conn: conn, r: r, up: up}
+	return bb
 }
 
 type budgetedBody struct {
