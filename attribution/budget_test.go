@@ -149,3 +149,23 @@ func TestControlBudgets(t *testing.T) {
 		t.Fatalf("adopted %+v", e.Budgets)
 	}
 }
+
+// BenchmarkBudgetPerRequest is what a budget adds to one keep-alive
+// request on the data path: admitting it (a host seen before) and
+// counting one body each way. Lock-free, allocation-free.
+func BenchmarkBudgetPerRequest(b *testing.B) {
+	bg := NewBudget(BudgetLimits{BytesOut: 1 << 50, BytesIn: 1 << 50, Requests: 1 << 50, Hosts: 100})
+	bg.Admit("up.test")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if bg.Admit("up.test") != "" {
+				b.Fatal("refused")
+			}
+			bg.Remaining(true)
+			bg.AddOut(100)
+			bg.Remaining(false)
+			bg.AddIn(5)
+		}
+	})
+}
