@@ -24,6 +24,8 @@ func (r *Registry) Adopt(e Execution, tokenKey [32]byte) bool {
 		return false
 	}
 	e.Command = append([]string(nil), e.Command...)
+	// Usage is counted per replica: the adopted execution starts its own.
+	r.attachBudget(&e, e.Budgets)
 	r.mu.Lock()
 	if _, dup := r.byID[e.ID]; dup {
 		r.mu.Unlock()

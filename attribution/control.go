@@ -168,6 +168,9 @@ type registerResponse struct {
 	// NetworkNotes say what in the execution's network policy has no
 	// effect (omitted when none).
 	NetworkNotes []string `json:"network_notes,omitempty"`
+	// BudgetNotes say which of the execution's budgets were clamped to
+	// the host-wide ones (omitted when none).
+	BudgetNotes []string `json:"budget_notes,omitempty"`
 }
 
 func (c *ControlServer) register(w http.ResponseWriter, r *http.Request) {
@@ -193,6 +196,10 @@ func (c *ControlServer) register(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	budgetNotes, ok := c.checkBudgets(w, spec.Budgets)
+	if !ok {
+		return
+	}
 	e, token, err := c.reg.Register(spec)
 	if err != nil {
 		status := http.StatusInternalServerError
@@ -208,8 +215,8 @@ func (c *ControlServer) register(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusCreated, registerResponse{
 		ExecutionID: e.ID, Token: token, HTTPProxy: c.info.HTTP, SOCKS5Proxy: c.info.SOCKS5,
-		NetworkNotes: notes,
-		Credentials:  creds,
+		NetworkNotes: notes, BudgetNotes: budgetNotes,
+		Credentials: creds,
 	})
 }
 
@@ -223,7 +230,7 @@ func (c *ControlServer) get(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no active execution with this id")
 		return
 	}
-	writeJSON(w, http.StatusOK, e)
+	writeJSON(w, http.StatusOK, withUsage(e))
 }
 
 func (c *ControlServer) revoke(w http.ResponseWriter, r *http.Request) {

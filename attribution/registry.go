@@ -8,6 +8,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +25,9 @@ type ExecutionSpec struct {
 	// Network optionally narrows the host-wide network policy for this
 	// execution only (it can never widen it).
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// Budgets optionally narrows the host-wide [budgets] for this
+	// execution (SPEC §3.12; budget.go); a wider value is clamped.
+	Budgets *BudgetLimits `json:"budgets,omitempty"`
 }
 
 // NetworkPolicy is a narrower network policy: the "network" object of
@@ -59,6 +63,12 @@ type Execution struct {
 	// Network is the execution's narrower network policy (nil: none).
 	Network *NetworkPolicy `json:"network,omitempty"`
 	Started time.Time      `json:"started"`
+	// Budgets are the execution's effective limits (its own within the
+	// host-wide ones); nil: unbudgeted.
+	Budgets *BudgetLimits `json:"budgets,omitempty"`
+	// Budget counts the usage against Budgets (nil: unbudgeted). Shared
+	// by every copy of this Execution; never marshalled.
+	Budget *Budget `json:"-"`
 }
 
 // DefaultSession names the session and the environment that unattributed
@@ -76,6 +86,9 @@ type Event struct {
 	Reason     string    `json:"reason,omitempty"`
 	Source     string    `json:"source,omitempty"`
 	ApprovalID string    `json:"approval_id,omitempty"`
+	// Usage is the budgeted execution's usage after this event (SPEC
+	// §3.12); omitted for an unbudgeted one.
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // Event types.
@@ -115,6 +128,9 @@ type Registry struct {
 	hooks   []func(kind string, e Execution)
 	miss    func(tokenKey [32]byte) bool // cluster read-through; nil on one node
 	now     func() time.Time
+	// budgets are the host-wide [budgets] every new execution gets
+	// (budget.go); nil: none.
+	budgets atomic.Pointer[BudgetLimits]
 }
 
 // NewRegistry returns an empty registry.
@@ -164,6 +180,7 @@ func (r *Registry) Register(spec ExecutionSpec) (Execution, string, error) {
 		Network:        spec.Network.Clone(),
 		Started:        r.now().UTC(),
 	}
+	r.attachBudget(&e, spec.Budgets)
 	key := sha256.Sum256([]byte(token))
 	r.mu.Lock()
 	r.byID[e.ID] = &entry{exec: e, tokenKey: key, subs: make(map[int]chan Event)}
@@ -282,6 +299,10 @@ func (r *Registry) Publish(id string, ev Event) {
 	en, ok := r.byID[id]
 	if !ok {
 		return
+	}
+	if en.exec.Budget != nil {
+		u := en.exec.Budget.Usage()
+		ev.Usage = &u
 	}
 	for _, ch := range en.subs {
 		select {

@@ -16,6 +16,8 @@ func (d Decision) Message() string {
 		return "Method not allowed in limited mode."
 	case ReasonMITMRequired:
 		return "MITM required for limited HTTPS."
+	case ReasonBudgetExceeded:
+		return BudgetMessage
 	case ReasonCredentialMisuse:
 		return "Credential placeholder sent to a host or from an execution it does not belong to."
 	case ReasonProxyDisabled:
@@ -47,6 +49,8 @@ func (d Decision) XProxyError() string {
 		return "blocked-by-mitm-required"
 	case ReasonMITMHookDenied:
 		return "blocked-by-mitm-hook"
+	case ReasonBudgetExceeded:
+		return "blocked-by-budget"
 	}
 	return "blocked-by-policy"
 }

@@ -76,6 +76,8 @@ type Metrics struct {
 	shadowConfigLoaded prometheus.Gauge
 
 	hosts *hostLabels
+
+	budgetExceeded *prometheus.CounterVec // budget.go
 }
 
 // Fixed label value sets. A value outside its set is recorded as "other";
@@ -83,7 +85,7 @@ type Metrics struct {
 var (
 	protocolValues    = set("http", "https", "socks5-tcp")
 	decisionValues    = set("allow", "deny", "ask")
-	reasonValues      = set("denied", "not_allowed", "not_allowed_local", "method_not_allowed", "mitm_required", "mitm_hook_denied", "proxy_disabled", "attribution_rejected", "policy_denied", "proxy_loop", "approvals_overloaded", "approvals_unavailable", "credential_misuse")
+	reasonValues      = set("denied", "not_allowed", "not_allowed_local", "method_not_allowed", "mitm_required", "mitm_hook_denied", "proxy_disabled", "attribution_rejected", "policy_denied", "proxy_loop", "approvals_overloaded", "approvals_unavailable", "credential_misuse", "budget_exceeded")
 	sourceValues      = set("baseline_policy", "decider", "mode_guard", "proxy_state")
 	approvalKinds     = set("network", "exec")
 	reviewerValues    = set("user", "guardian", "hook", "cache", "policy")
@@ -95,7 +97,7 @@ var (
 	reloadResults     = set("ok", "error")
 	patternLists      = set("allow", "deny")
 	requirementValues = set("skip", "needs_approval", "forbidden")
-	closeReasons      = set("denied", "not_allowed_local", "proxy_disabled", "execution_ended", "policy_denied")
+	closeReasons      = set("denied", "not_allowed_local", "proxy_disabled", "execution_ended", "policy_denied", "budget_exceeded")
 	execSourceValues  = set("prefix", "heuristics", "rules", "user", "guardian", "hook", "policy", "cache")
 	prescreenResults  = set("passed", "flagged")
 )
@@ -239,6 +241,7 @@ func New(maxHostLabels int) *Metrics {
 		m.shadowDecisions, m.shadowConfigErrors, m.shadowConfigLoaded,
 	)
 	m.initSeries()
+	m.initBudget()
 	return m
 }
 

@@ -30,6 +30,7 @@ type Config struct {
 	Log         Log         `toml:"log"`
 	Shadow      Shadow      `toml:"shadow"`
 	Cluster     Cluster     `toml:"cluster"`
+	Budgets     Budgets     `toml:"budgets"`
 
 	// Credentials are the [[credentials]] entries (docs/credentials.md).
 	Credentials []Credential `toml:"credentials"`

@@ -612,6 +612,7 @@ func validate(c *Config, file string) []error {
 		}
 	}
 	errs = append(errs, validateMITM(c, file)...)
+	errs = append(errs, validateBudgets(c, file)...)
 	if c.Shadow.Config != "" && c.Path != "" && filepath.Clean(c.Shadow.Config) == filepath.Clean(c.Path) {
 		bad("shadow.config", "names this configuration file itself; give the candidate file")
 	}

@@ -39,6 +39,10 @@ type Conn struct {
 	// tunnel is the tunnel the connection became, if any: closing the
 	// connection from outside ends it, parked directions included.
 	tunnel atomic.Pointer[Tunnel]
+	// budget is the execution's egress budget (nil: none; budget.go);
+	// budgetAdm its admission stage, made at the first decision.
+	budget    *attribution.Budget
+	budgetAdm *budgetAdmit
 }
 
 // ExecIDs are what a connection keeps of its execution: the rest of the
@@ -383,6 +387,9 @@ func (g *Gate) admit(tcp *net.TCPConn) {
 			return
 		}
 		c.Exec, c.Attributed = ExecIDs{ID: exec.ID, SessionID: exec.SessionID, EnvironmentID: exec.EnvironmentID}, true
+		// The execution's egress budget (SPEC §3.12). An authenticated
+		// client's (SPEC §4.4) will be attached here too, once built.
+		c.budget = exec.Budget
 		m.Attribution("ok")
 	case g.cfg.Required():
 		g.cfg.Logger.Info("unattributed connection closed", "listener", g.cfg.Name, "client", tcp.RemoteAddr().String(), "reason", "attribution.required")

@@ -59,7 +59,7 @@ func (c *Core) decideWatching(ctx context.Context, conn *Conn, req hostpolicy.Re
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := watchVanish(conn, cancel)
-	d := c.decide(ctx, req)
+	d := c.decide(ctx, conn, req)
 	stop()
 	return d
 }

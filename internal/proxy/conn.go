@@ -280,7 +280,7 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 		pc.watch.arm()
 	}
 	gen := c.generation()
-	d := h.core.decide(pc.ctx, h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method))
+	d := h.core.decide(pc.ctx, c, h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method))
 	if !d.Allowed() {
 		if !body {
 			pc.watch.disarm()

@@ -77,6 +77,7 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 	t := &Tunnel{
 		Client: c.TCPConn, Upstream: up, Early: early, Idle: h.limits.IdleTimeout,
 		Protocol: hostpolicy.ProtoHTTPS, Meter: h.core.Meter, Owner: c, Parker: h.core.Parker,
+		budget: h.core.tunnelBudget(c),
 	}
 	// The handler goroutine (with its larger stack) ends here; the tunnel
 	// runs on fresh goroutines.

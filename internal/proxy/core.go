@@ -114,8 +114,8 @@ func (c *Core) stillAttributed(conn *Conn) bool {
 
 // decide runs the pipeline for an outer request, with this proxy's
 // admission as its last stage, and reports the decision to the sinks.
-func (c *Core) decide(ctx context.Context, req hostpolicy.Request) hostpolicy.Decision {
-	return c.run(ctx, req, hostpolicy.RunOptions{Admit: c})
+func (c *Core) decide(ctx context.Context, conn *Conn, req hostpolicy.Request) hostpolicy.Decision {
+	return c.run(ctx, req, hostpolicy.RunOptions{Admit: c.admitter(conn)})
 }
 
 // run runs the pipeline and reports the finished decision to the sinks.

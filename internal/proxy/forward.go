@@ -93,7 +93,7 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 	}
 	var sent *countingBody
 	if body {
-		sent = &countingBody{rc: req.Body}
+		sent = &countingBody{rc: h.core.budgetReader(c, req.Body, true)}
 		req.Body = sent
 	}
 	rw := &pc.rw
@@ -137,7 +137,7 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 		rw.closeAfter = true
 	}
 	rw.WriteHeader(resp.StatusCode)
-	rw.copyBody(resp.Body, pb)
+	rw.copyBody(h.core.budgetReader(c, resp.Body, false), pb)
 	resp.Body.Close()
 	if watching {
 		watching = false
@@ -213,7 +213,7 @@ func (h *HTTPProxy) splice(pc *plainConn, resp *http.Response, d hostpolicy.Deci
 	tn := &Tunnel{
 		Client: c.TCPConn, Upstream: up, Early: early, Idle: h.limits.IdleTimeout,
 		Protocol: hostpolicy.ProtoHTTP, Meter: h.core.Meter, Owner: c, Parker: h.core.Parker,
-		HalfCloseGrace: upgradeGrace,
+		HalfCloseGrace: upgradeGrace, budget: h.core.tunnelBudget(c),
 	}
 	pc.rw = respWriter{}
 	// The handler goroutine (with its larger stack) ends here; the tunnel

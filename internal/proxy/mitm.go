@@ -15,8 +15,8 @@ import (
 // preset (the host chain and the narrower policies, no decider: the
 // CONNECT already consulted it; then the method under the mode guard). The
 // decision goes to the sinks with protocol https.
-func (c *Core) decideInner(ctx context.Context, req hostpolicy.Request) hostpolicy.Decision {
-	return c.run(ctx, req, hostpolicy.RunOptions{Inner: true})
+func (c *Core) decideInner(ctx context.Context, conn *Conn, req hostpolicy.Request) hostpolicy.Decision {
+	return c.run(ctx, req, c.innerOptions(conn))
 }
 
 // serveMITM answers an admitted limited-mode CONNECT with 200 and hands
@@ -54,9 +54,11 @@ func (c *Core) mitmTunnel(conn *Conn, client net.Conn, d hostpolicy.Decision, pr
 		Check: func(ictx context.Context, req *http.Request) *http.Response {
 			if !credOnly {
 				ireq := c.request(conn, host, port, hostpolicy.ProtoHTTPS, req.Method)
-				if id := c.decideInner(ictx, ireq); !id.Allowed() {
+				if id := c.decideInner(ictx, conn, ireq); !id.Allowed() {
 					return blockedJSONResponse(req, id)
 				}
+			} else if bd := c.budgetBlock(conn.budget, host, port); bd != nil {
+				return blockedJSONResponse(req, *bd)
 			}
 			if bd := c.credentialCheck(conn, host, port, hostpolicy.ProtoHTTPS, req); bd != nil {
 				return blockedJSONResponse(req, *bd)
@@ -66,6 +68,11 @@ func (c *Core) mitmTunnel(conn *Conn, client net.Conn, d hostpolicy.Decision, pr
 		Dial: func(dctx context.Context) (net.Conn, error) { return c.Dialer.DialTarget(dctx, target) },
 		Bytes: func(dir string, n int64) {
 			c.Meter.Bytes(dir, string(proto), n)
+			if conn.budget != nil {
+				// Counted per inner exchange (as the metric is): the
+				// tunnel that crossed a byte limit is closed after it.
+				c.countBytes(conn, dir == "up", n)
+			}
 		},
 	}
 }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"errors"
-	"io"
 	"net"
 	"os"
 	"sync"
@@ -52,6 +51,9 @@ type Tunnel struct {
 	aborted  atomic.Bool  // both sockets closed by abort (or finish)
 	parkID   uint64       // this tunnel's keys in Parker (two: one per direction)
 	onFinish func()
+	// budget counts the tunnel's bytes against its execution's egress
+	// budget (budget.go); nil: none.
+	budget *tunnelBudget
 }
 
 // The two directions. up: client → upstream; down: upstream → client.
@@ -116,6 +118,7 @@ func (t *Tunnel) prepare() bool {
 	if len(t.Early) > 0 {
 		n, err := t.Upstream.Write(t.Early)
 		t.Meter.Bytes("up", string(t.Protocol), int64(n))
+		t.budget.count(dirUp, int64(n))
 		t.Early = nil
 		if err != nil {
 			return false
@@ -230,7 +233,7 @@ func (t *Tunnel) runDir(dir int) {
 			t.dirEnded()
 			return
 		}
-		n, err := t.burst(dst, src)
+		n, err := t.burst(dst, src, dir)
 		t.Meter.Bytes(dirName[dir], string(t.Protocol), n)
 		if err == nil { // orderly EOF
 			dst.CloseWrite()
@@ -252,7 +255,7 @@ const busyWindow = time.Second
 
 // burst splices src → dst until EOF, an error, or a window passes without
 // a byte; it returns with src's deadline re-armed.
-func (t *Tunnel) burst(dst, src *net.TCPConn) (int64, error) {
+func (t *Tunnel) burst(dst, src *net.TCPConn, dir int) (int64, error) {
 	window := busyWindow
 	if t.Idle > 0 && t.Idle/2 < window {
 		window = t.Idle / 2 // the other direction must see this one's bytes in time
@@ -263,7 +266,7 @@ func (t *Tunnel) burst(dst, src *net.TCPConn) (int64, error) {
 	var total int64
 	for {
 		src.SetReadDeadline(time.Now().Add(window))
-		n, err := io.Copy(dst, src)
+		n, err := t.copyDir(dst, src, dir)
 		total += n
 		if n > 0 {
 			t.last.Store(time.Now().UnixNano())

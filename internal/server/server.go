@@ -172,6 +172,7 @@ func (s *Server) buildPolicy(cfg *config.Config) error {
 	s.required.Store(cfg.Attribution.Required)
 
 	s.registry = attribution.NewRegistry()
+	s.registry.SetBudgetLimits(cfg.BudgetLimits())
 	s.registry.OnChange(func(string, attribution.Execution) {
 		s.meter.ExecutionsActive(len(s.registry.Active()))
 	})
@@ -703,6 +704,8 @@ func (s *Server) reload() error {
 	s.caPEM.Store(ca)
 	s.liveCfg.Store(cfg)
 	s.required.Store(cfg.Attribution.Required)
+	// New executions get the new [budgets]; running ones keep theirs.
+	s.registry.SetBudgetLimits(cfg.BudgetLimits())
 	s.recordPatterns(pol)
 	// The candidate is reloaded with the live policy; its failure is its own.
 	s.loadShadow(cfg)
