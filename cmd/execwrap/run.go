@@ -37,6 +37,7 @@ const (
 // parser).
 type runOptions struct {
 	network       string
+	capture       string                     // --capture on|off (run_capture.go)
 	netFlags      *networkFlags              // --allow-domain, --deny-domain, --network-mode
 	netPolicy     *attribution.NetworkPolicy // what they register (nil: none)
 	control       string
@@ -126,6 +127,7 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	cf := registerCheckFlags(fs)
 	ro.netFlags = registerNetworkFlags(fs)
 	fs.StringVar(&ro.network, "network", "", "proxied | none | host")
+	fs.StringVar(&ro.capture, "capture", captureOff, "on | off: transparent capture of programs that ignore proxy settings (experimental, incomplete: see docs/sandbox.md)")
 	fs.StringVar(&ro.control, "control", "", "netproxy control socket")
 	fs.StringVar(&ro.session, "session", "default", "session id")
 	fs.StringVar(&ro.envID, "env-id", "default", "environment id")
@@ -181,6 +183,9 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 		ro.timeout = time.Duration(inv.TimeoutMS) * time.Millisecond
 	}
 	if err := ro.settleNetwork(inv.Kind); err != nil {
+		return nil, ro, err
+	}
+	if err := settleCapture(ro.capture, ro.network, ro.tier); err != nil {
 		return nil, ro, err
 	}
 	return inv, ro, nil

@@ -219,7 +219,8 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 			sandbox.HostReport
 			ControlSocket      string `json:"control_socket"`
 			ControlSocketState string `json:"control_socket_state"`
-		}{rep, sock, ctlState})
+			Capture            string `json:"capture"`
+		}{rep, sock, ctlState, captureDoctorState})
 		return code
 	}
 	w := func(k, v string) { fmt.Fprintf(stdout, "%-34s %s\n", k, v) }
@@ -238,6 +239,7 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 	w("execwrap run --tier auto uses", rep.AutoTier)
 	w("per-run cgroup (kill, limits)", cgroupText(rep.Cgroups))
 	w("netproxy control socket", sock+" ("+ctlState+")")
+	w("transparent capture (--capture)", captureDoctorState)
 	if code != 0 {
 		fmt.Fprintln(stdout, "\nexecwrap cannot sandbox on this host: enable unprivileged user namespaces or use a kernel with Landlock ABI >= 4.")
 	}
