@@ -128,9 +128,9 @@ func Open(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	uo, err := settings.ParseURL(cfg.Redis)
+	uo, err := redisOptions(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("cluster.redis: %v", err)
+		return nil, err
 	}
 	uo.DialTimeout, uo.ReadTimeout, uo.WriteTimeout, uo.PoolTimeout = time.Second, time.Second, time.Second, time.Second
 	uo.MaxRetries = 1
@@ -153,11 +153,11 @@ func Open(ctx context.Context, opts Options) (*Cluster, error) {
 	defer cancel()
 	if err := c.rdb.Ping(cctx).Err(); err != nil {
 		c.rdb.Close()
-		return nil, fmt.Errorf("cluster.redis: cannot reach Redis at %s: %v", settings.Redact(cfg.Redis), err)
+		return nil, fmt.Errorf("cluster.redis: cannot reach Redis at %s: %v%s", settings.Redact(cfg.Redis), err, accessHint(err, cfg))
 	}
 	if err := c.checkSchema(cctx); err != nil {
 		c.rdb.Close()
-		return nil, fmt.Errorf("cluster.redis: %s: %v", settings.Redact(cfg.Redis), err)
+		return nil, fmt.Errorf("cluster.redis: %s: %v%s", settings.Redact(cfg.Redis), err, accessHint(err, cfg))
 	}
 	return c, nil
 }
