@@ -137,7 +137,15 @@ func ReplicaConfig(t *testing.T, redisURL, node, extraApprovals, extraCluster st
 		c.Hosts[h] = []string{"127.0.0.1"}
 	}
 	c.Approvals = true
-	c.Extra = extraApprovals + fmt.Sprintf("\n[cluster]\nredis = %q\nnode_id = %q\nkey_prefix = \"e2e:\"\nkey_file = %q\n%s", redisURL, node, ClusterKeyFile(t), extraCluster)
+	c.Extra = extraApprovals
+	return ReplicaConfigOf(t, c, redisURL, node, extraCluster)
+}
+
+// ReplicaConfigOf writes c joined to redisURL as node (the shared key,
+// prefix "e2e:", extraCluster appended to [cluster]).
+func ReplicaConfigOf(t *testing.T, c ProxyConfig, redisURL, node, extraCluster string) *Proxy {
+	t.Helper()
+	c.Extra += fmt.Sprintf("\n[cluster]\nredis = %q\nnode_id = %q\nkey_prefix = \"e2e:\"\nkey_file = %q\n%s", redisURL, node, ClusterKeyFile(t), extraCluster)
 	return WriteProxyConfig(t, c)
 }
 
