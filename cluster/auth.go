@@ -99,14 +99,15 @@ func streamField(typ, node string) string { return typ + "\n" + node }
 
 // Record kinds of netproxy_cluster_rejected_total.
 const (
-	kindExecution = "execution"
-	kindAmendment = "amendment"
-	kindCache     = "session_cache"
-	kindReview    = "review"
-	kindPending   = "pending"
-	kindDecision  = "decision"
-	kindHeartbeat = "heartbeat"
-	kindChange    = "change"
+	kindExecution   = "execution"
+	kindAmendment   = "amendment"
+	kindCache       = "session_cache"
+	kindReview      = "review"
+	kindPending     = "pending"
+	kindDecision    = "decision"
+	kindHeartbeat   = "heartbeat"
+	kindChange      = "change"
+	kindPlaceholder = "placeholder"
 )
 
 // reject counts and logs a record that is ignored. The log names where the

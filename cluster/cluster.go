@@ -102,10 +102,11 @@ type Cluster struct {
 	replay  *replayGuard
 
 	mu       sync.Mutex
-	adopted  map[string]string // execution id → origin node (executions of other replicas)
-	ending   map[string]bool   // executions being ended because the stream said so
-	beats    map[string]int64  // node → last verified heartbeat (unix ms)
-	ownKeys  map[string]string // this replica's execution id → token digest (hex), to unindex at its end
+	adopted  map[string]string   // execution id → origin node (executions of other replicas)
+	ending   map[string]bool     // executions being ended because the stream said so
+	beats    map[string]int64    // node → last verified heartbeat (unix ms)
+	ownKeys  map[string]string   // this replica's execution id → token digest (hex), to unindex at its end
+	ownPH    map[string][]string // this replica's execution id → its placeholder digests (placeholders.go)
 	waiters  map[string][]chanDecision
 	outbox   chan func(context.Context) error
 	cancel   context.CancelFunc
@@ -128,9 +129,9 @@ func Open(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	uo, err := settings.ParseURL(cfg.Redis)
+	uo, err := redisOptions(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("cluster.redis: %v", err)
+		return nil, err
 	}
 	uo.DialTimeout, uo.ReadTimeout, uo.WriteTimeout, uo.PoolTimeout = time.Second, time.Second, time.Second, time.Second
 	uo.MaxRetries = 1
@@ -145,7 +146,7 @@ func Open(ctx context.Context, opts Options) (*Cluster, error) {
 		cfg: cfg, k: keys{cfg.KeyPrefix}, rdb: redis.NewUniversalClient(uo), node: cfg.NodeID, log: log,
 		execs: opts.Executions, amender: opts.Amender, rules: opts.Rules, started: time.Now(),
 		m: newMetrics(opts.Registerer), seal: sealer{key}, replay: newReplayGuard(),
-		adopted: map[string]string{}, ending: map[string]bool{}, waiters: map[string][]chanDecision{}, beats: map[string]int64{}, ownKeys: map[string]string{},
+		adopted: map[string]string{}, ending: map[string]bool{}, waiters: map[string][]chanDecision{}, beats: map[string]int64{}, ownKeys: map[string]string{}, ownPH: map[string][]string{},
 		outbox: make(chan func(context.Context) error, 4096),
 	}
 	c.pos.Store(new(string))
@@ -153,11 +154,11 @@ func Open(ctx context.Context, opts Options) (*Cluster, error) {
 	defer cancel()
 	if err := c.rdb.Ping(cctx).Err(); err != nil {
 		c.rdb.Close()
-		return nil, fmt.Errorf("cluster.redis: cannot reach Redis at %s: %v", settings.Redact(cfg.Redis), err)
+		return nil, fmt.Errorf("cluster.redis: cannot reach Redis at %s: %v%s", settings.Redact(cfg.Redis), err, accessHint(err, cfg))
 	}
 	if err := c.checkSchema(cctx); err != nil {
 		c.rdb.Close()
-		return nil, fmt.Errorf("cluster.redis: %s: %v", settings.Redact(cfg.Redis), err)
+		return nil, fmt.Errorf("cluster.redis: %s: %v%s", settings.Redact(cfg.Redis), err, accessHint(err, cfg))
 	}
 	return c, nil
 }
@@ -377,6 +378,7 @@ func (c *Cluster) publishExecEnd(ctx context.Context, id string) error {
 		if hasKey {
 			p.HDel(ctx, c.k.tokens(), digest)
 		}
+		c.dropPlaceholders(ctx, p, id)
 		c.xadd(ctx, p, evExecEnd, data)
 		return nil
 	})

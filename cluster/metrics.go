@@ -27,7 +27,7 @@ func newMetrics(reg prometheus.Registerer) *clusterMetrics {
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "netproxy_cluster_rejected_total",
 			Help: "Records read from the cluster store and ignored: forged (MAC fails under cluster.key_file), moved, or replayed (older than what this replica accepted)."}, []string{"kind"}),
 	}
-	for _, k := range []string{kindExecution, kindAmendment, kindCache, kindReview, kindPending, kindDecision, kindHeartbeat, kindChange} {
+	for _, k := range []string{kindExecution, kindAmendment, kindCache, kindReview, kindPending, kindDecision, kindHeartbeat, kindChange, kindPlaceholder} {
 		m.rejected.WithLabelValues(k)
 	}
 	for _, op := range []string{"begin", "decide", "open", "stream_read", "resync", "heartbeat", "exec_start", "exec_end", "parse"} {

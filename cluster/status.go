@@ -49,9 +49,9 @@ func ReadStatus(ctx context.Context, s settings.Settings) (Status, error) {
 		return Status{}, err
 	}
 	seal := sealer{key}
-	uo, err := settings.ParseURL(s.Redis)
+	uo, err := redisOptions(s)
 	if err != nil {
-		return Status{}, fmt.Errorf("cluster.redis: %v", err)
+		return Status{}, err
 	}
 	uo.DialTimeout, uo.ReadTimeout = 2*time.Second, 2*time.Second
 	rdb := redis.NewUniversalClient(uo)
@@ -59,7 +59,7 @@ func ReadStatus(ctx context.Context, s settings.Settings) (Status, error) {
 	k := keys{s.KeyPrefix}
 	st := Status{Prefix: s.KeyPrefix}
 	if st.Schema, err = rdb.Get(ctx, k.schema()).Result(); err != nil && err != redis.Nil {
-		return st, fmt.Errorf("cluster.redis: cannot reach Redis at %s: %v", settings.Redact(s.Redis), err)
+		return st, fmt.Errorf("cluster.redis: cannot reach Redis at %s: %v%s", settings.Redact(s.Redis), err, accessHint(err, s))
 	}
 	if xs, err := rdb.XRevRangeN(ctx, k.events(), "+", "-", 1).Result(); err == nil && len(xs) == 1 {
 		st.StreamEnd = xs[0].ID

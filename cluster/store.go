@@ -40,6 +40,7 @@ const SchemaVersion = "2"
 //	P nodes                hash    node id → nodeInfo JSON (heartbeat, stream position)
 //	P execs                hash    execution id → execRecord JSON (token digest, never the token)
 //	P tokens               hash    token digest (hex) → execution id (the read-through index)
+//	P placeholders         hash    sha256(placeholder body) (hex) → {exec, cred, node} JSON (never the secret)
 //	P amend                hash    host → amendChange JSON (verdict, protocol, seq)
 //	P cache:<session>      hash    reviewField JSON → cacheValue JSON (outcome, seq)
 //	P review:<sha256(key)> string  "<approval id>|<deadline unix ms>" while a review is open
@@ -51,6 +52,7 @@ func (k keys) schema() string           { return k.p + "schema" }
 func (k keys) events() string           { return k.p + "events" }
 func (k keys) seq() string              { return k.p + "seq" }
 func (k keys) tokens() string           { return k.p + "tokens" }
+func (k keys) placeholders() string     { return k.p + "placeholders" }
 func (k keys) nodes() string            { return k.p + "nodes" }
 func (k keys) execs() string            { return k.p + "execs" }
 func (k keys) amend() string            { return k.p + "amend" }

@@ -456,12 +456,19 @@ func (c *Cluster) reapExecs(ctx context.Context, dead map[string]bool) {
 		c.fail("reap", err)
 		return
 	}
+	reaped := map[string]bool{}
+	defer func() {
+		if len(reaped) > 0 {
+			c.reapPlaceholders(ctx, reaped)
+		}
+	}()
 	for id, data := range execs {
 		rec, _, err := c.openExec(id, data)
 		if err != nil || !dead[rec.Node] {
 			continue
 		}
 		if n, err := c.rdb.HDel(ctx, c.k.execs(), id).Result(); err == nil && n == 1 {
+			reaped[id] = true
 			c.rdb.HDel(ctx, c.k.tokens(), rec.TokenSHA256)
 			d, _ := json.Marshal(execEnd{ID: id})
 			c.xadd(ctx, c.rdb, evExecEnd, d)

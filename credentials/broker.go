@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -184,11 +185,12 @@ type Broker struct {
 	set atomic.Pointer[Set]
 
 	mu     sync.RWMutex
-	byBody map[string]binding  // random part of a placeholder → owner
-	byExec map[string][]string // execution → random parts
-	lens   map[int]int         // random-part length → how many live
-	live   atomic.Int64        // live placeholders (fast path when 0)
-	rand   func([]byte) error  // crypto/rand
+	byBody map[string]binding        // random part of a placeholder → owner
+	byExec map[string][]string       // execution → random parts
+	lens   map[int]int               // random-part length → how many live
+	live   atomic.Int64              // live placeholders (fast path when 0)
+	remote atomic.Pointer[remoteBox] // cluster store (remote.go); nil single node
+	rand   func([]byte) error        // crypto/rand
 }
 
 // NewBroker returns a broker over set (nil: no credentials).
@@ -253,6 +255,7 @@ func (b *Broker) Mint(execID string) ([]Placeholder, error) {
 	b.byExec[execID] = append(b.byExec[execID], bodies...)
 	b.mu.Unlock()
 	b.live.Add(int64(len(bodies)))
+	b.publish(execID, out, bodies)
 	return out, nil
 }
 
@@ -323,7 +326,11 @@ func (a Action) String() string {
 // host whose header carries its own placeholder gets that header set to
 // its format with the secret (Injected). Bodies are never read.
 func (b *Broker) Rewrite(execID, host string, header http.Header, requestLine string) (Action, string) {
-	if b == nil || b.live.Load() == 0 {
+	if b == nil {
+		return Pass, ""
+	}
+	rem := b.remoteStore()
+	if b.live.Load() == 0 && rem == nil {
 		return Pass, ""
 	}
 	set := b.set.Load()
@@ -332,11 +339,18 @@ func (b *Broker) Rewrite(execID, host string, header http.Header, requestLine st
 	for l := range b.lens {
 		lens = append(lens, l)
 	}
+	if rem != nil {
+		lens = setLens(set, lens)
+	}
 	var blocked string
 	var own []binding
+	var misses []string // candidates not held here, for the store (remote.go)
 	check := func(body string) bool {
 		bd, ok := b.byBody[body]
 		if !ok {
+			if rem != nil && !slices.Contains(misses, body) {
+				misses = append(misses, body)
+			}
 			return true
 		}
 		c := set.byName[bd.cred]
@@ -369,6 +383,12 @@ func (b *Broker) Rewrite(execID, host string, header http.Header, requestLine st
 	if !ok {
 		return Block, blocked
 	}
+	var fetched map[string]binding
+	if len(misses) > 0 {
+		if fetched, blocked, ok = b.resolveRemote(rem, set, execID, host, misses, &own); !ok {
+			return Block, blocked
+		}
+	}
 	if len(own) == 0 {
 		return Pass, ""
 	}
@@ -378,7 +398,7 @@ func (b *Broker) Rewrite(execID, host string, header http.Header, requestLine st
 		vs := header.Values(c.spec.Header)
 		replaced := false
 		for _, v := range vs {
-			if b.holds(v, lens, bd) {
+			if b.holds(v, lens, bd, fetched) {
 				replaced = true
 				break
 			}
@@ -391,12 +411,17 @@ func (b *Broker) Rewrite(execID, host string, header http.Header, requestLine st
 	return act, ""
 }
 
-// holds reports whether s carries the placeholder bound to bd.
-func (b *Broker) holds(s string, lens []int, bd binding) bool {
+// holds reports whether s carries the placeholder bound to bd (held here
+// or among fetched, the bindings just read from the cluster store).
+func (b *Broker) holds(s string, lens []int, bd binding, fetched map[string]binding) bool {
 	found := false
 	b.mu.RLock()
 	Scan(s, lens, func(body string) bool {
-		if got, ok := b.byBody[body]; ok && got == bd {
+		got, ok := b.byBody[body]
+		if !ok {
+			got, ok = fetched[body]
+		}
+		if ok && got == bd {
 			found = true
 			return false
 		}

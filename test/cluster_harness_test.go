@@ -4,7 +4,9 @@ package test
 // several real `netproxy serve` replicas joined to it.
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,19 +23,33 @@ import (
 type Redis struct {
 	Port int
 	Dir  string
-	cmd  *exec.Cmd
-	done chan struct{}
-	out  *SyncBuffer
+	// Args are extra redis-server arguments (--requirepass …); with TLS
+	// set, Port is the TLS port and the plain port is off.
+	Args []string
+	// User, Password and TLS are what the test's own client (Client, CLI)
+	// authenticates with.
+	User, Password string
+	TLS            *tls.Config
+	cmd            *exec.Cmd
+	done           chan struct{}
+	out            *SyncBuffer
 }
 
 // StartRedis starts redis-server (installed by scripts/install-test-deps.sh)
 // on a free loopback port; it is killed when the test ends.
 func StartRedis(t testing.TB) *Redis {
 	t.Helper()
+	return StartRedisWith(t, &Redis{})
+}
+
+// StartRedisWith starts r (its Args, Password, TLS set by the caller) on a
+// free loopback port like StartRedis.
+func StartRedisWith(t testing.TB, r *Redis) *Redis {
+	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatal("redis-server is required (scripts/install-test-deps.sh installs the Debian package redis-server)")
 	}
-	r := &Redis{Port: FreePort(t), Dir: t.TempDir()}
+	r.Port, r.Dir = FreePort(t), t.TempDir()
 	r.Start(t)
 	t.Cleanup(func() { r.Stop(t) })
 	return r
@@ -46,9 +62,13 @@ func (r *Redis) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.Po
 func (r *Redis) Start(t testing.TB) {
 	t.Helper()
 	r.out = &SyncBuffer{}
-	r.cmd = exec.Command("redis-server", "--port", fmt.Sprint(r.Port), "--bind", "127.0.0.1", "--dir", r.Dir,
+	ports := []string{"--port", fmt.Sprint(r.Port)}
+	if r.TLS != nil {
+		ports = []string{"--port", "0", "--tls-port", fmt.Sprint(r.Port)}
+	}
+	r.cmd = exec.Command("redis-server", append(ports, append([]string{"--bind", "127.0.0.1", "--dir", r.Dir,
 		"--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--daemonize", "no", "--protected-mode", "no",
-		"--logfile", "")
+		"--logfile", ""}, r.Args...)...)...)
 	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := r.cmd.Start(); err != nil {
@@ -87,7 +107,7 @@ func (r *Redis) Stop(t testing.TB) {
 
 // Client is a go-redis client of the server (the test's own view).
 func (r *Redis) Client() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.Port)})
+	return redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.Port), Username: r.User, Password: r.Password, TLSConfig: r.TLS})
 }
 
 // clusterHosts are the unlisted names the cluster tests review.
@@ -103,15 +123,30 @@ type ClusterReplica struct {
 // user reviewer and extraApprovals appended to [approvals] (hooks).
 func StartReplica(t *testing.T, redisURL, node, extraApprovals string) *ClusterReplica {
 	t.Helper()
+	p := ReplicaConfig(t, redisURL, node, extraApprovals, "")
+	p.Start(t)
+	return &ClusterReplica{apprProxy: &apprProxy{Proxy: p, t: t}, Node: node}
+}
+
+// ReplicaConfig writes the config of a replica like StartReplica's with
+// extraCluster appended to [cluster], without starting it.
+func ReplicaConfig(t *testing.T, redisURL, node, extraApprovals, extraCluster string) *Proxy {
+	t.Helper()
 	c := StdConfig()
 	for _, h := range clusterHosts {
 		c.Hosts[h] = []string{"127.0.0.1"}
 	}
 	c.Approvals = true
-	c.Extra = extraApprovals + fmt.Sprintf("\n[cluster]\nredis = %q\nnode_id = %q\nkey_prefix = \"e2e:\"\nkey_file = %q\n", redisURL, node, ClusterKeyFile(t))
-	p := WriteProxyConfig(t, c)
-	p.Start(t)
-	return &ClusterReplica{apprProxy: &apprProxy{Proxy: p, t: t}, Node: node}
+	c.Extra = extraApprovals
+	return ReplicaConfigOf(t, c, redisURL, node, extraCluster)
+}
+
+// ReplicaConfigOf writes c joined to redisURL as node (the shared key,
+// prefix "e2e:", extraCluster appended to [cluster]).
+func ReplicaConfigOf(t *testing.T, c ProxyConfig, redisURL, node, extraCluster string) *Proxy {
+	t.Helper()
+	c.Extra += fmt.Sprintf("\n[cluster]\nredis = %q\nnode_id = %q\nkey_prefix = \"e2e:\"\nkey_file = %q\n%s", redisURL, node, ClusterKeyFile(t), extraCluster)
+	return WriteProxyConfig(t, c)
 }
 
 // testClusterKey is the key every test replica shares (cluster.key_file).
@@ -132,7 +167,11 @@ func ClusterKeyFile(t testing.TB) string {
 // without the cluster key) and returns its trimmed output.
 func (r *Redis) CLI(t testing.TB, args ...string) string {
 	t.Helper()
-	out, err := exec.Command("redis-cli", append([]string{"-p", fmt.Sprint(r.Port), "--raw"}, args...)...).CombinedOutput()
+	base := []string{"-p", fmt.Sprint(r.Port), "--raw"}
+	if r.Password != "" {
+		base = append(base, "--no-auth-warning", "--user", cmp.Or(r.User, "default"), "--pass", r.Password)
+	}
+	out, err := exec.Command("redis-cli", append(base, args...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redis-cli %v: %v\n%s", args, err, out)
 	}

@@ -27,6 +27,13 @@ type Settings struct {
 	// KeyFile is the HMAC-SHA256 key of every record netproxy writes
 	// (its bytes, at least MinKeyBytes, mode 0600 or stricter). Required.
 	KeyFile string
+	// PasswordEnv names the environment variable holding the Redis AUTH
+	// password (instead of writing it into the URL).
+	PasswordEnv string
+	// TLS of a rediss:// URL: the CA bundle that signs the server's
+	// certificate (empty: the system roots) and this replica's client
+	// certificate and key (both or neither).
+	TLSCAFile, TLSCertFile, TLSKeyFile string
 }
 
 // MinKeyBytes is the shortest accepted cluster.key_file.
@@ -79,8 +86,39 @@ func (s Settings) Validate() []*FieldError {
 	if strings.TrimSpace(s.KeyFile) == "" {
 		errs = append(errs, &FieldError{Key: "key_file", Msg: fmt.Sprintf("required in cluster mode: a file of at least %d random bytes, mode 0600, the same on every replica (e.g. head -c 32 /dev/urandom > cluster.key; chmod 600 cluster.key)", MinKeyBytes)})
 	}
+	errs = append(errs, s.validateAccess()...)
 	if strings.ContainsAny(s.KeyPrefix, " \t\r\n") {
 		errs = append(errs, &FieldError{Key: "key_prefix", Msg: "must not contain white space"})
+	}
+	return errs
+}
+
+// validateAccess checks password_env and the tls_* settings against the URL.
+func (s Settings) validateAccess() []*FieldError {
+	var errs []*FieldError
+	u, err := url.Parse(strings.TrimSpace(s.Redis))
+	if err != nil {
+		return nil // reported as cluster.redis
+	}
+	if s.PasswordEnv != "" {
+		if strings.ContainsAny(s.PasswordEnv, "= \t\r\n\x00") {
+			errs = append(errs, &FieldError{Key: "password_env", Msg: "is the name of an environment variable (no '=' or white space)"})
+		}
+		if _, has := u.User.Password(); has {
+			errs = append(errs, &FieldError{Key: "password_env", Msg: "the redis URL holds a password too; give it in one place (drop it from the URL)"})
+		}
+	}
+	tlsScheme := strings.HasPrefix(u.Scheme, "rediss")
+	for _, f := range []struct{ key, val string }{{"tls_ca_file", s.TLSCAFile}, {"tls_cert_file", s.TLSCertFile}, {"tls_key_file", s.TLSKeyFile}} {
+		if f.val != "" && !tlsScheme {
+			errs = append(errs, &FieldError{Key: f.key, Msg: "needs a rediss:// (TLS) URL in cluster.redis"})
+		}
+	}
+	switch {
+	case s.TLSCertFile != "" && s.TLSKeyFile == "":
+		errs = append(errs, &FieldError{Key: "tls_key_file", Msg: "required with tls_cert_file (the client certificate's private key)"})
+	case s.TLSKeyFile != "" && s.TLSCertFile == "":
+		errs = append(errs, &FieldError{Key: "tls_cert_file", Msg: "required with tls_key_file (the client certificate)"})
 	}
 	return errs
 }

@@ -41,6 +41,37 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+func TestValidateAccess(t *testing.T) {
+	base := Settings{Redis: "rediss://h:6380/0", KeyFile: "k"}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Settings)
+		want string
+	}{
+		{"tls ok", func(s *Settings) { s.TLSCAFile, s.TLSCertFile, s.TLSKeyFile = "ca", "c", "k" }, ""},
+		{"system roots", func(s *Settings) {}, ""},
+		{"cert without key", func(s *Settings) { s.TLSCertFile = "c" }, "tls_key_file"},
+		{"key without cert", func(s *Settings) { s.TLSKeyFile = "k" }, "tls_cert_file"},
+		{"tls on redis://", func(s *Settings) { s.Redis = "redis://h"; s.TLSCAFile = "ca" }, "tls_ca_file"},
+		{"password_env", func(s *Settings) { s.PasswordEnv = "REDIS_PW" }, ""},
+		{"password_env bad name", func(s *Settings) { s.PasswordEnv = "A=B" }, "password_env"},
+		{"password twice", func(s *Settings) { s.Redis = "redis://:s3cret@h"; s.PasswordEnv = "P" }, "password_env"},
+	} {
+		s := base
+		tc.mod(&s)
+		var keys []string
+		for _, e := range s.Validate() {
+			keys = append(keys, e.Key)
+			if strings.Contains(e.Msg, "s3cret") {
+				t.Errorf("%s: message shows the password: %s", tc.name, e.Msg)
+			}
+		}
+		if strings.Join(keys, " ") != tc.want {
+			t.Errorf("%s: errors on %v, want %q", tc.name, keys, tc.want)
+		}
+	}
+}
+
 func FuzzParseURL(f *testing.F) {
 	f.Add("redis://u:pw@h:1/0")
 	f.Add("redis-sentinel://h?master_name=m")

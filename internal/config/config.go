@@ -178,11 +178,18 @@ type Cluster struct {
 	// KeyFile holds the HMAC key every shared record is authenticated
 	// with (SPEC §7.7); required in cluster mode.
 	KeyFile string `toml:"key_file"`
+	// PasswordEnv names the variable holding the Redis AUTH password.
+	PasswordEnv string `toml:"password_env"`
+	// TLS of a rediss:// URL (CA: empty means the system roots).
+	TLSCAFile   string `toml:"tls_ca_file"`
+	TLSCertFile string `toml:"tls_cert_file"`
+	TLSKeyFile  string `toml:"tls_key_file"`
 }
 
 // Settings maps [cluster] onto the cluster package's own settings type.
 func (c Cluster) Settings() clustersettings.Settings {
-	return clustersettings.Settings{Redis: c.Redis, NodeID: c.NodeID, KeyPrefix: c.KeyPrefix, KeyFile: c.KeyFile}
+	return clustersettings.Settings{Redis: c.Redis, NodeID: c.NodeID, KeyPrefix: c.KeyPrefix, KeyFile: c.KeyFile,
+		PasswordEnv: c.PasswordEnv, TLSCAFile: c.TLSCAFile, TLSCertFile: c.TLSCertFile, TLSKeyFile: c.TLSKeyFile}
 }
 
 // Duration is a time.Duration written in TOML as a Go duration string ("2s").

@@ -463,6 +463,9 @@ func resolvePaths(c *Config) {
 		c.Shadow.Config = ExpandPath(c.Shadow.Config, base)
 	}
 	c.Cluster.KeyFile = ExpandPath(c.Cluster.KeyFile, base)
+	for _, f := range []*string{&c.Cluster.TLSCAFile, &c.Cluster.TLSCertFile, &c.Cluster.TLSKeyFile} {
+		*f = ExpandPath(*f, base)
+	}
 }
 
 // validate checks every value; each error names its key.

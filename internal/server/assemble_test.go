@@ -41,7 +41,11 @@ func TestAssembleFailsClosed(t *testing.T) {
 		t.Fatalf("bad audit path: %v %v", n, err)
 	}
 	// A part after the Server: the cluster's Redis is unreachable.
-	cfg = assembleConfig(t, "[audit]\npath = \""+filepath.Join(t.TempDir(), "audit.log")+"\"\n[cluster]\nredis = \"redis://127.0.0.1:1/0\"\nkey_prefix = \"t:\"\n")
+	key := filepath.Join(t.TempDir(), "cluster.key")
+	if err := os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg = assembleConfig(t, "[audit]\npath = \""+filepath.Join(t.TempDir(), "audit.log")+"\"\n[cluster]\nredis = \"redis://127.0.0.1:1/0\"\nkey_prefix = \"t:\"\nkey_file = \""+key+"\"\n")
 	if n, err := Assemble(cfg, nil, metrics.New(10)); err == nil || n != nil || errors.Is(err, ErrOpen) || !strings.Contains(err.Error(), "cluster.redis") {
 		t.Fatalf("unreachable Redis: %v %v", n, err)
 	}

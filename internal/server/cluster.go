@@ -6,6 +6,7 @@ import (
 
 	"github.com/netproxy/netproxy/approvalsvc"
 	"github.com/netproxy/netproxy/cluster"
+	"github.com/netproxy/netproxy/credentials"
 	"github.com/netproxy/netproxy/internal/config"
 )
 
@@ -34,6 +35,28 @@ func (s *Server) openCluster() (*cluster.Cluster, error) {
 		return nil, err
 	}
 	s.AddReadyDetail(c.Status)
+	// Placeholders minted on any replica are honoured and guarded here.
+	s.creds.SetRemote(placeholderStore{c})
 	logger.Info("cluster mode", "node", c.NodeID())
 	return c, nil
+}
+
+// placeholderStore adapts the cluster's placeholder records to the
+// credential broker (neither package imports the other).
+type placeholderStore struct{ c *cluster.Cluster }
+
+func (p placeholderStore) Publish(execID string, bodies map[string]string) {
+	p.c.PublishPlaceholders(execID, bodies)
+}
+
+func (p placeholderStore) Lookup(bodies []string) (map[string]credentials.Bound, error) {
+	found, err := p.c.LookupPlaceholders(bodies)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]credentials.Bound, len(found))
+	for b, o := range found {
+		out[b] = credentials.Bound{Exec: o.Exec, Cred: o.Cred, Keep: o.Held}
+	}
+	return out, nil
 }
