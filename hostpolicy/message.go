@@ -16,6 +16,14 @@ func (d Decision) Message() string {
 		return "Method not allowed in limited mode."
 	case ReasonMITMRequired:
 		return "MITM required for limited HTTPS."
+	case ReasonRequestDenied:
+		if d.RuleMessage != "" {
+			return d.RuleMessage
+		}
+		if d.Cause == CausePathNotNormal {
+			return "Request path does not normalise; request rules cannot judge it."
+		}
+		return "Request blocked by a request rule."
 	case ReasonCredentialMisuse:
 		return "Credential placeholder sent to a host or from an execution it does not belong to."
 	case ReasonProxyDisabled:
@@ -47,6 +55,8 @@ func (d Decision) XProxyError() string {
 		return "blocked-by-mitm-required"
 	case ReasonMITMHookDenied:
 		return "blocked-by-mitm-hook"
+	case ReasonRequestDenied:
+		return "blocked-by-request-rule"
 	}
 	return "blocked-by-policy"
 }
