@@ -74,8 +74,8 @@ type Request struct {
 	// Path is the request target's path as sent (query included or not:
 	// the request stage drops it); empty for a tunnel. It is judged by the
 	// request rules and never audited (it may carry a token).
-	Path string
-	Client   string // client remote address, for logs and audit
+	Path   string
+	Client string // client remote address, for logs and audit
 
 	// Attribution, filled from the frame (SPEC §4). Empty when unattributed.
 	ExecutionID   string
