@@ -503,7 +503,13 @@ func unhex(c byte) byte {
 // decider with the rule, allow → exempt from the mode guard. A re-check
 // has no request to judge.
 func (p *pass) requests(ctx context.Context, live *Decision) bool {
-	if p.o.Resolve == ResolvePinned || !p.d.Allowed() || p.s.requests == nil {
+	if p.o.Resolve == ResolvePinned || !p.d.Allowed() {
+		return false
+	}
+	if p.s.requests == nil {
+		if p.req.Trace && p.req.Method != "" && !strings.EqualFold(p.req.Method, methodConnect) {
+			p.d.addStep(Step{Step: StepRequest, Result: ResultPass, Detail: "no request rules"})
+		}
 		return false
 	}
 	if p.req.Method == "" || (p.req.Protocol != ProtoHTTP && !p.o.Inner) || strings.EqualFold(p.req.Method, methodConnect) {
@@ -533,6 +539,7 @@ func (p *pass) requests(ctx context.Context, live *Decision) bool {
 	segs, ok := normalisePath(p.req.Path, buf[:0])
 	if !ok {
 		if !p.s.HasRules(p.d.Host, p.t.port) {
+			p.d.addStep(Step{Step: StepRequest, Result: ResultPass, Detail: "no rule for this host"})
 			return false
 		}
 		p.d.Verdict, p.d.Reason, p.d.Source, p.d.Cause = Deny, ReasonRequestDenied, SourceBaseline, CausePathNotNormal
@@ -542,9 +549,7 @@ func (p *pass) requests(ctx context.Context, live *Decision) bool {
 	m := p.s.requests.judge(p.d.Host, p.t.port, p.req.Method, segs)
 	switch m.action {
 	case "":
-		if p.req.Trace && p.s.HasRules(p.d.Host, p.t.port) {
-			p.d.addStep(Step{Step: StepRequest, Result: ResultPass, Detail: "no rule matched"})
-		}
+		p.d.addStep(Step{Step: StepRequest, Result: ResultPass, Detail: "no rule matched"})
 		return false
 	case ActionAllow:
 		p.d.Rule, p.d.RuleAllowed = m.rule+1, true
