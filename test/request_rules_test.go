@@ -180,7 +180,7 @@ func runGit(t *testing.T, dir string, env []string, args ...string) (string, err
 // TestRequestRulesGitLimitedMode: the git-readonly example. In limited
 // mode, through interception, a real `git clone` and `git fetch` work (the
 // allow rule is the mode guard's exception for POST git-upload-pack) and a
-// `git push` fails with the rule's message on git's stderr.
+// `git push` fails with the proxy's 403 (git prints no RPC error body).
 func TestRequestRulesGitLimitedMode(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatal("git is required")
