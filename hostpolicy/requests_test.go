@@ -281,3 +281,36 @@ func BenchmarkRequestStage(b *testing.B) {
 		}
 	}
 }
+
+// TestRequestRulesOffline: the shadow policy (which has the live request's
+// path) judges a candidate's rules exactly; replay (the audit holds no
+// path) carries the live rule outcome over and judges rule-free requests
+// as before.
+func TestRequestRulesOffline(t *testing.T) {
+	o := testOptions(true, map[string]string{"git.test": "allow"}, false)
+	o.Requests = gitRules()[:1]
+	cand, err := Build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := rulesEngine(t, ModeFull, nil, nil)
+	req := Request{Host: "git.test", Port: 443, Protocol: ProtoHTTPS, Method: "POST", Path: "/o/r/git-receive-pack"}
+	ld := live.Run(context.Background(), req, RunOptions{Inner: true})
+	if !ld.Allowed() {
+		t.Fatalf("live: %+v", ld)
+	}
+	if sd := live.Shadow(cand, req, ld, PredictOptions{Inner: true}); sd.Reason != ReasonRequestDenied || sd.Rule != 1 {
+		t.Errorf("shadow with the path: %+v", sd)
+	}
+	// Replay: no path. A live rule-free allow stays allowed (the rules
+	// cannot be judged without the path); a live rule block is carried.
+	req.Path = ""
+	if pd := cand.Predict(req, ld, PredictOptions{Inner: true}); !pd.Allowed() {
+		t.Errorf("replay of a rule-free line: %+v", pd)
+	}
+	blocked := ld
+	blocked.Verdict, blocked.Reason, blocked.Source, blocked.Rule = Deny, ReasonRequestDenied, SourceBaseline, 1
+	if pd := cand.Predict(req, blocked, PredictOptions{Inner: true}); pd.Reason != ReasonRequestDenied || pd.Rule != 1 {
+		t.Errorf("replay of a rule block: %+v", pd)
+	}
+}
