@@ -507,9 +507,7 @@ func (p *pass) requests(ctx context.Context, live *Decision) bool {
 		return false
 	}
 	if p.s.requests == nil {
-		if p.req.Trace && p.req.Method != "" && !strings.EqualFold(p.req.Method, methodConnect) {
-			p.d.addStep(Step{Step: StepRequest, Result: ResultPass, Detail: "no request rules"})
-		}
+		// No rules at all: no step either (a rule-free trace is unchanged).
 		return false
 	}
 	if p.req.Method == "" || (p.req.Protocol != ProtoHTTP && !p.o.Inner) || strings.EqualFold(p.req.Method, methodConnect) {
