@@ -47,7 +47,8 @@ func ruleProtocol(p hostpolicy.Protocol) string {
 // Anything else is returned unchanged: the service can never loosen a deny
 // list hit or a local/private block.
 func (s *Service) Decide(ctx context.Context, req hostpolicy.Request, base hostpolicy.Decision) hostpolicy.Decision {
-	if base.Reason != hostpolicy.ReasonNotAllowed || base.Verdict == hostpolicy.Allow || base.Host == "" {
+	ruleAsk := base.Reason == hostpolicy.ReasonRequestDenied && base.Verdict == hostpolicy.Ask && base.Rule > 0
+	if (base.Reason != hostpolicy.ReasonNotAllowed && !ruleAsk) || base.Verdict == hostpolicy.Allow || base.Host == "" {
 		return base
 	}
 	owner, sess, env, err := s.requestSession(req.ExecutionID, req.SessionID, req.EnvironmentID)
@@ -58,14 +59,19 @@ func (s *Service) Decide(ctx context.Context, req hostpolicy.Request, base hostp
 	if port == 0 {
 		port = req.Port
 	}
-	key := cacheKey{kind: KindNetwork, session: sess.id, env: env, host: base.Host, proto: req.Protocol, port: port}
+	key := cacheKey{kind: KindNetwork, session: sess.id, env: env, host: base.Host, proto: req.Protocol, port: port, rule: base.Rule}
 	check := func() (result, bool) { return sess.cachedResult(key) }
 	if r, hit := check(); hit {
 		return toDecision(base, r)
 	}
 	nr := netReview{sess: sess, owner: owner, env: env, host: base.Host, port: port, proto: req.Protocol, key: key}
+	if ruleAsk {
+		nr.method, nr.path, nr.rule = req.Method, pathForReview(req.Path), base.Rule
+	}
 	run := s.reviewNetwork
-	if s.coord != nil {
+	if s.coord != nil && !ruleAsk {
+		// The cluster's shared reviews are keyed by host; a rule's review
+		// stays on this instance.
 		run = s.clusterRun
 	}
 	r := s.await(ctx, key, ownerID(owner), check, func(ctx context.Context, f *flight) result { return run(ctx, f, nr) })
@@ -92,7 +98,11 @@ const ReasonOverloaded hostpolicy.Reason = "approvals_overloaded"
 // decision deny, source decider.
 func denyDecision(base hostpolicy.Decision, r result) hostpolicy.Decision {
 	d := base
-	d.Verdict, d.Reason, d.Source = hostpolicy.Deny, hostpolicy.ReasonNotAllowed, hostpolicy.SourceDecider
+	reason := hostpolicy.ReasonNotAllowed
+	if base.Reason == hostpolicy.ReasonRequestDenied {
+		reason = base.Reason // an ask rule's review
+	}
+	d.Verdict, d.Reason, d.Source = hostpolicy.Deny, reason, hostpolicy.SourceDecider
 	if r.overloaded {
 		d.Reason = ReasonOverloaded
 	}
@@ -120,6 +130,21 @@ type netReview struct {
 	proto hostpolicy.Protocol
 	key   cacheKey
 	id    string // approval id given by the cluster ("" for a new one)
+	// method, path and rule (index + 1): an ask request rule's review.
+	method, path string
+	rule         int
+}
+
+// pathForReview is the path a reviewer sees: without its query (SPEC §7.5:
+// never a query string), bounded.
+func pathForReview(p string) string {
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	if len(p) > 512 {
+		p = p[:512] + "…"
+	}
+	return p
 }
 
 // reviewNetwork runs steps 4–7 of SPEC §5 for one key.
@@ -135,6 +160,10 @@ func (s *Service) reviewNetwork(ctx context.Context, f *flight, nr netReview) re
 		// The block's reason code (SPEC §3.6); the page explains it in words.
 		Reason:  string(hostpolicy.ReasonNotAllowed),
 		created: start, CreatedAt: start.UTC().Format(time.RFC3339Nano), Command: []string{},
+	}
+	if nr.rule > 0 {
+		i := nr.rule - 1
+		a.Reason, a.Method, a.Path, a.Rule = string(hostpolicy.ReasonRequestDenied), nr.method, nr.path, &i
 	}
 	if nr.owner != nil {
 		a.ExecutionID, a.Command, a.Cwd = nr.owner.ID, append([]string(nil), nr.owner.Command...), nr.owner.Cwd
@@ -174,7 +203,7 @@ func (s *Service) review(ctx context.Context, a Approval, policy ApprovalPolicy,
 	}
 	greq := guardian.ReviewRequest{
 		ID: a.ID, Kind: a.Kind, SessionID: a.SessionID, EnvironmentID: a.EnvironmentID, ExecutionID: a.ExecutionID,
-		Host: a.Host, Protocol: a.Protocol, Port: a.Port, Target: target, Command: a.Command, Cwd: a.Cwd,
+		Host: a.Host, Protocol: a.Protocol, Port: a.Port, Target: target, Method: a.Method, Path: a.Path, Command: a.Command, Cwd: a.Cwd,
 		SandboxPermissions: sandboxPerms, Reason: a.Reason, Justification: a.Justification,
 	}
 	// Step 5: hooks; the first allow or deny is final (a hook allow is not cached).
@@ -243,6 +272,11 @@ func (s *Service) review(ctx context.Context, a Approval, policy ApprovalPolicy,
 // applyNetworkOutcome updates caches, live lists and the rules file.
 func (s *Service) applyNetworkOutcome(nr netReview, r result) result {
 	nr.sess.remember(nr.key, r.outcome)
+	if nr.rule > 0 {
+		// A rule's review amends no host list: the host is allowed already
+		// and a deny_always would fence all of it. It holds for the session.
+		return r
+	}
 	switch r.outcome {
 	case OutcomeAllowAlways:
 		r.persisted = s.amendNetwork(nr, hostpolicy.Allow)
@@ -313,6 +347,9 @@ func (s *Service) finish(a Approval, r result, start time.Time, owners []string,
 		}
 		if a.Kind == KindNetwork {
 			ev.Reason = string(hostpolicy.ReasonNotAllowed)
+			if a.Rule != nil {
+				ev.Reason, ev.Method, ev.Rule = a.Reason, a.Method, a.Rule
+			}
 		}
 		s.audit.ApprovalResolved(ev)
 	}

@@ -55,10 +55,15 @@ type Approval struct {
 	Protocol      string   `json:"protocol"`
 	Port          uint16   `json:"port"`
 	Reason        string   `json:"reason"`
-	CreatedAt     string   `json:"created_at"`
-	DecidedAt     string   `json:"decided_at"`
-	Decision      string   `json:"decision"`
-	Reviewer      string   `json:"reviewer"`
+	// Method, Path and Rule: a review an ask request rule opened (SPEC
+	// §3.10) shows the request's method and path and the rule's index.
+	Method    string `json:"method,omitempty"`
+	Path      string `json:"path,omitempty"`
+	Rule      *int   `json:"rule,omitempty"`
+	CreatedAt string `json:"created_at"`
+	DecidedAt string `json:"decided_at"`
+	Decision  string `json:"decision"`
+	Reviewer  string `json:"reviewer"`
 
 	Rationale          string   `json:"rationale,omitempty"`
 	SandboxPermissions string   `json:"sandbox_permissions,omitempty"`

@@ -19,6 +19,9 @@ type cacheKey struct {
 	proto              hostpolicy.Protocol
 	port               uint16
 	ident              string
+	// rule is an ask request rule's index + 1 (0: a host review): the key
+	// of SPEC §5 gains the rule (§3.10).
+	rule int
 }
 
 // session holds one session's approvals. Caches are bounded; the deny cache

@@ -58,6 +58,10 @@ type ReviewRequest struct {
 	Protocol string `json:"protocol,omitempty"`
 	Port     uint16 `json:"port,omitempty"`
 	Target   string `json:"target,omitempty"` // e.g. "https://example.com:443"
+	// Method and Path (without query): a request an ask request rule sent
+	// to review (SPEC §3.10).
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
 
 	// The execution's (or exec request's) command and working directory.
 	Command            []string `json:"command,omitempty"`

@@ -187,7 +187,7 @@ type field struct{ name, text string }
 func screenFields(b Bounded) []field {
 	return []field{
 		{"justification", b.Justification}, {"reason", b.Reason}, {"cwd", b.Cwd},
-		{"command", strings.Join(b.Command, "\n")}, {"host", b.Host}, {"target", b.Target},
+		{"command", strings.Join(b.Command, "\n")}, {"host", b.Host}, {"target", b.Target}, {"path", b.Path},
 		{"session_id", b.SessionID}, {"environment_id", b.EnvironmentID}, {"execution_id", b.ExecutionID},
 		{"sandbox_permissions", b.SandboxPermissions},
 	}

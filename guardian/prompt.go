@@ -53,6 +53,8 @@ func Bound(req ReviewRequest) Bounded {
 	cut("host", &b.Host, CapHost)
 	cut("protocol", &b.Protocol, CapProtocol)
 	cut("target", &b.Target, CapTarget)
+	cut("method", &b.Method, CapProtocol)
+	cut("path", &b.Path, CapTarget)
 	if req.Command != nil {
 		cmdCut := len(req.Command) > CapArgs
 		n := min(len(req.Command), CapArgs)
@@ -115,6 +117,8 @@ type promptData struct {
 	Port               uint16   `json:"port,omitempty"`
 	Protocol           string   `json:"protocol,omitempty"`
 	Target             string   `json:"target,omitempty"`
+	Method             string   `json:"method,omitempty"`
+	Path               string   `json:"path,omitempty"`
 	Command            []string `json:"command"`
 	Cwd                string   `json:"cwd"`
 	SandboxPermissions string   `json:"sandbox_permissions,omitempty"`
@@ -135,7 +139,7 @@ func DataJSON(b Bounded) []byte {
 		cmd = []string{}
 	}
 	d := promptData{
-		Kind: b.Kind, Host: b.Host, Port: b.Port, Protocol: b.Protocol, Target: b.Target, Command: cmd, Cwd: b.Cwd,
+		Kind: b.Kind, Host: b.Host, Port: b.Port, Protocol: b.Protocol, Target: b.Target, Method: b.Method, Path: b.Path, Command: cmd, Cwd: b.Cwd,
 		SandboxPermissions: b.SandboxPermissions, Reason: b.Reason, Justification: b.Justification,
 		SessionID: b.SessionID, EnvironmentID: b.EnvironmentID, ExecutionID: b.ExecutionID, Truncated: b.Truncated,
 	}

@@ -91,6 +91,8 @@ func requestValue(req ReviewRequest) *starlark.Dict {
 	set("protocol", starlark.String(req.Protocol))
 	set("port", starlark.MakeInt(int(req.Port)))
 	set("target", starlark.String(req.Target))
+	set("method", starlark.String(req.Method))
+	set("path", starlark.String(req.Path))
 	cmd := make([]starlark.Value, len(req.Command))
 	for i, a := range req.Command {
 		cmd[i] = starlark.String(a)

@@ -41,6 +41,9 @@ const (
 	// ReasonCredentialMisuse: a live credential placeholder toward a host
 	// it does not belong to, or from another execution (docs/credentials.md).
 	ReasonCredentialMisuse Reason = "credential_misuse"
+	// ReasonRequestDenied: a request rule (SPEC §3.10) denied the request,
+	// its path does not normalise, or its ask was not approved.
+	ReasonRequestDenied Reason = "request_denied"
 )
 
 // Source says which stage made a decision (SPEC §3.6).
@@ -68,7 +71,11 @@ type Request struct {
 	Port     uint16
 	Protocol Protocol
 	Method   string // HTTP method for plain HTTP; "CONNECT" for CONNECT; "" for SOCKS5
-	Client   string // client remote address, for logs and audit
+	// Path is the request target's path as sent (query included or not:
+	// the request stage drops it); empty for a tunnel. It is judged by the
+	// request rules and never audited (it may carry a token).
+	Path   string
+	Client string // client remote address, for logs and audit
 
 	// Attribution, filled from the frame (SPEC §4). Empty when unattributed.
 	ExecutionID   string
@@ -89,6 +96,7 @@ const (
 	StepDeny       StepName = "deny"
 	StepLocalGuard StepName = "local_guard"
 	StepAllow      StepName = "allow"
+	StepRequest    StepName = "request" // the request rules (SPEC §3.10)
 	StepMode       StepName = "mode"
 )
 
@@ -133,6 +141,17 @@ type Decision struct {
 	// Cause is the typed cause of an admission stage's mark or block
 	// (RunOptions.Admit); empty otherwise.
 	Cause Cause
+	// Rule is the request rule that decided, as its 0-based index + 1
+	// (RuleIndex); 0 when no rule matched.
+	Rule int
+	// RuleAllowed: an allow rule (or a reviewer's answer to an ask rule)
+	// admitted this request, so the limited-mode method guard does not
+	// apply — and it is the one way an Upgrade passes in limited mode
+	// (SPEC §3.8): the Upgrade refusal must honour it.
+	RuleAllowed bool
+	// RuleMessage is the deciding rule's client-facing message ("" →
+	// the reason's default; Message returns it).
+	RuleMessage string
 	// noTrace: addStep records nothing (offline judgements).
 	noTrace bool
 
@@ -158,6 +177,9 @@ func (d *Decision) addStep(s Step) {
 		d.Steps = append(d.Steps, s)
 	}
 }
+
+// RuleIndex is the deciding request rule's 0-based index.
+func (d Decision) RuleIndex() (int, bool) { return d.Rule - 1, d.Rule > 0 }
 
 // Allowed reports whether the request may proceed.
 func (d Decision) Allowed() bool { return d.Verdict == Allow }

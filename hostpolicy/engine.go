@@ -497,6 +497,11 @@ func (s *Snapshot) modeGuardIn(mode string, req Request, d Decision) Decision {
 		}
 		reason = ReasonMITMRequired
 	case ProtoSOCKS5:
+		if req.Port == 443 && d.Intercept && s.mitm {
+			// A host with request rules: intercepted, every inner request judged.
+			d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: mitm"})
+			return d
+		}
 		if req.Port == 443 {
 			reason = ReasonMITMRequired
 		} else {

@@ -48,7 +48,7 @@ type row struct {
 // checkSteps enforces the step vocabulary of SPEC §7.1.
 func checkSteps(t *testing.T, host string, d Decision) {
 	t.Helper()
-	steps := map[StepName]bool{"deny": true, "local_guard": true, "allow": true, "mode": true}
+	steps := map[StepName]bool{"deny": true, "local_guard": true, "allow": true, "request": true, "mode": true} // request: SPEC §3.10
 	results := map[StepResult]bool{"hit": true, "miss": true, "pass": true, "block": true}
 	if len(d.Steps) == 0 {
 		t.Errorf("%q: no steps", host)

@@ -18,6 +18,14 @@ func (d Decision) Message() string {
 		return "MITM required for limited HTTPS."
 	case ReasonBudgetExceeded:
 		return BudgetMessage
+	case ReasonRequestDenied:
+		if d.RuleMessage != "" {
+			return d.RuleMessage
+		}
+		if d.Cause == CausePathNotNormal {
+			return "Request path does not normalise; request rules cannot judge it."
+		}
+		return "Request blocked by a request rule."
 	case ReasonCredentialMisuse:
 		return "Credential placeholder sent to a host or from an execution it does not belong to."
 	case ReasonProxyDisabled:
@@ -51,6 +59,8 @@ func (d Decision) XProxyError() string {
 		return "blocked-by-mitm-hook"
 	case ReasonBudgetExceeded:
 		return "blocked-by-budget"
+	case ReasonRequestDenied:
+		return "blocked-by-request-rule"
 	}
 	return "blocked-by-policy"
 }

@@ -38,6 +38,9 @@ type Options struct {
 	// Listen are netproxy's own listen addresses ("host:port"), carried in
 	// the snapshot for the data path's self-dial refusal (SPEC §3.5).
 	Listen []string
+	// Requests are the request rules ([[network.requests]], SPEC §3.10) in
+	// file order.
+	Requests []RequestRule
 	// Resolver, when set, replaces the DNS resolver built from DNS (tests).
 	// Static answers (DNS.Hosts) are still read first.
 	Resolver Resolver
@@ -231,6 +234,8 @@ func Build(opts Options) (*Snapshot, error) {
 			static[key] = append(static[key], a.WithZone("").Unmap())
 		}
 	}
+	requests, rerrs := buildRequestRules(opts.Requests)
+	errs = append(errs, rerrs...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -249,6 +254,7 @@ func Build(opts Options) (*Snapshot, error) {
 		dns:               res,
 		listen:            append([]string(nil), opts.Listen...),
 		amends:            noAmendments,
+		requests:          requests,
 	}, nil
 }
 

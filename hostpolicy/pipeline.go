@@ -25,6 +25,7 @@ const (
 	StageResolve       Stage = "resolve"        // live DNS, pinned or offline addresses, judged
 	StageAddressScopes Stage = "address_scopes" // the scopes' address entries against the addresses
 	StageDecider       Stage = "decider"        // not_allowed only; its allow re-runs the pipeline
+	StageRequests      Stage = "requests"       // request rules on method and path (SPEC §3.10)
 	StageModeGuard     Stage = "mode_guard"     // limited mode (SPEC §3.8)
 	StageAdmission     Stage = "admission"      // the data path's own stages (RunOptions.Admit)
 )
@@ -41,6 +42,7 @@ var pipeline = [...]Stage{
 	StageResolve,
 	StageAddressScopes,
 	StageDecider,
+	StageRequests,
 	StageModeGuard,
 	StageAdmission,
 }
@@ -85,6 +87,11 @@ type RunOptions struct {
 	// Approvals (ResolveOffline): a decider exists, so a not_allowed is
 	// predicted as ask — it is never called offline.
 	Approvals bool
+	// Granted (Inner): the tunnel's CONNECT was allowed by a reviewer, so
+	// an inner not_allowed stands allowed as that review decided (the deny
+	// list, local guard and narrower policies still apply) and the request
+	// rules refine it (SPEC §3.10: a host a reviewer allowed).
+	Granted bool
 	// Admit, when set, is the admission stage (the proxy's own listeners,
 	// credential interception, MITM).
 	Admit Admitter
@@ -114,6 +121,14 @@ const (
 	CauseNoInterceptor Cause = "no_interceptor"
 	// CauseOwnListener: the target is one of netproxy's own listeners.
 	CauseOwnListener Cause = "own_listener"
+	// CauseRequestRules: intercepted because the host has request rules
+	// (SPEC §3.10), whatever the mode.
+	CauseRequestRules Cause = "request_rules"
+	// CauseRule: a request rule decided (request_denied, or its ask).
+	CauseRule Cause = "rule"
+	// CausePathNotNormal: the path of a request toward a host with
+	// request rules does not normalise (request_denied).
+	CausePathNotNormal Cause = "path_not_normal"
 )
 
 // pass is one run of the pipeline. It lives on the caller's stack: the
@@ -204,6 +219,8 @@ func (p *pass) stage(ctx context.Context, st Stage, live *Decision) stageResult 
 		return next(scopeAddrBlock(&p.d, p.d.Addrs, p.scopes))
 	case StageDecider:
 		return p.decide(ctx, live)
+	case StageRequests:
+		return next(p.requests(ctx, live))
 	case StageModeGuard:
 		p.modeGuard()
 		return stageNext
@@ -326,6 +343,9 @@ func (p *pass) decide(ctx context.Context, live *Decision) stageResult {
 	}
 	// not_allowed
 	switch {
+	case p.o.Inner && p.o.Granted && p.d.Reason == ReasonNotAllowed && p.d.Host != "":
+		p.d.Verdict, p.d.Reason, p.d.Source = Allow, ReasonNone, SourceDecider
+		return stageNext
 	case p.o.Inner || p.o.NoDecider || p.o.Resolve == ResolvePinned:
 		return stageStop
 	case p.o.Resolve == ResolveOffline:
@@ -382,6 +402,11 @@ func (p *pass) predictDecider(live *Decision) {
 // an inner request's method. A re-check has no method to judge.
 func (p *pass) modeGuard() {
 	if p.o.Resolve == ResolvePinned || !p.d.Allowed() {
+		return
+	}
+	if p.d.RuleAllowed && p.mode != ModeFull && p.mode != "" {
+		// An allow request rule is the mode guard's one exception (SPEC §3.8).
+		p.d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: request rule exception"})
 		return
 	}
 	if p.o.Inner {

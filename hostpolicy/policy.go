@@ -33,6 +33,8 @@ type Snapshot struct {
 	dns    Resolver
 	listen []string
 	amends *amendments
+	// requests are the request rules (SPEC §3.10); nil when none.
+	requests *requestRules
 }
 
 // Enabled reports network.enabled: false means every request is blocked

@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -46,6 +48,8 @@ type checkOutput struct {
 	// empty when nothing was looked up.
 	Resolved []string          `json:"resolved"`
 	Steps    []hostpolicy.Step `json:"steps"`
+	// Rule is the request rule that decided (SPEC §3.10); absent when none.
+	Rule *int `json:"rule,omitempty"`
 }
 
 // runCheck runs the decision chain offline for the default session.
@@ -56,12 +60,13 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print the decision as JSON")
 	protocol := fs.String("protocol", "http", "http | https | socks5")
 	method := fs.String("method", "", "HTTP method (default GET for http, CONNECT for https)")
+	path := fs.String("path", "", "request path judged by the request rules (default: the URL's, or /); with https, the request inside the intercepted tunnel")
 	execPolicy := fs.String("execution-policy", "", `JSON file {"allow":[...],"deny":[...],"mode":"limited"}: judge as an execution registered with this network policy`)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: netproxy check [--config FILE] [--json] [--protocol http|https|socks5] [--method M] [--execution-policy FILE] HOST[:PORT]")
+		fmt.Fprintln(stderr, "usage: netproxy check [--config FILE] [--json] [--protocol http|https|socks5] [--method M] [--path P] [--execution-policy FILE] HOST[:PORT]|URL")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(reorderFlags(args, map[string]bool{"config": true, "protocol": true, "method": true, "execution-policy": true})); err != nil {
+	if err := fs.Parse(reorderFlags(args, map[string]bool{"config": true, "protocol": true, "method": true, "path": true, "execution-policy": true})); err != nil {
 		return exitUsage
 	}
 	if fs.NArg() != 1 {
@@ -70,6 +75,19 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	target := fs.Arg(0)
+	urlPath := ""
+	if strings.Contains(target, "://") {
+		// A URL: its scheme is the protocol, its path the request's.
+		u, err := url.Parse(target)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			fmt.Fprintf(stderr, "netproxy check: %q is not an http:// or https:// URL\n", target)
+			return exitUsage
+		}
+		*protocol, target, urlPath = u.Scheme, u.Host, u.EscapedPath()
+		if urlPath == "" {
+			urlPath = "/"
+		}
+	}
 
 	req := hostpolicy.Request{Host: target, Client: "netproxy-check", Trace: true}
 	switch *protocol {
@@ -85,6 +103,15 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	if *method != "" {
 		req.Method = strings.ToUpper(*method)
+	}
+	// A request inside an intercepted tunnel: an https URL, or --path with
+	// --protocol https.
+	inner := req.Protocol == hostpolicy.ProtoHTTPS && (urlPath != "" || *path != "")
+	if inner && *method == "" {
+		req.Method = "GET"
+	}
+	if req.Method != "" && req.Method != "CONNECT" {
+		req.Path = cmp.Or(*path, urlPath, "/")
 	}
 	port, hasPort, err := targetPort(target)
 	if err != nil {
@@ -140,7 +167,14 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d := engine.EvaluateScoped(ctx, req, scopes)
+	var d hostpolicy.Decision
+	if inner {
+		// Judged as the tunnel's inner request would be (the CONNECT's
+		// review is not re-asked).
+		d = engine.InnerDecisionScoped(ctx, req, scopes)
+	} else {
+		d = engine.EvaluateScoped(ctx, req, scopes)
+	}
 
 	out := checkOutput{
 		Host: d.Host, Port: d.Port, Protocol: string(req.Protocol), Decision: string(d.Verdict),
@@ -149,6 +183,9 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	if out.Steps == nil {
 		out.Steps = []hostpolicy.Step{}
+	}
+	if i, ok := d.RuleIndex(); ok {
+		out.Rule = &i
 	}
 	for _, a := range d.Addrs {
 		out.Resolved = append(out.Resolved, a.String())
@@ -180,7 +217,9 @@ type checkDecider struct{ policy approvalsvc.ApprovalPolicy }
 func (c checkDecider) Decide(_ context.Context, _ hostpolicy.Request, base hostpolicy.Decision) hostpolicy.Decision {
 	d := base
 	d.Source = hostpolicy.SourceDecider
-	d.Reason = hostpolicy.ReasonNotAllowed
+	if d.Reason != hostpolicy.ReasonRequestDenied { // an ask request rule keeps its reason
+		d.Reason = hostpolicy.ReasonNotAllowed
+	}
 	if c.policy.Kind == approvalsvc.PolicyNever {
 		d.Verdict = hostpolicy.Deny
 		d.Rationale = "approval policy never: the approval service denies"

@@ -59,8 +59,20 @@ type Network struct {
 	AllowLocalBinding bool              `toml:"allow_local_binding"`
 	Domains           map[string]string `toml:"domains"` // pattern → "allow" | "deny"
 	DomainFiles       []DomainFile      `toml:"domain_files"`
+	// Requests are the request rules (SPEC §3.10), in file order: their
+	// index is the "rule" a block reports.
+	Requests []RequestRule `toml:"requests"`
 	// UpstreamProxy is an optional http:// parent proxy.
 	UpstreamProxy string `toml:"upstream_proxy"`
+}
+
+// RequestRule is one [[network.requests]] table (SPEC §3.10).
+type RequestRule struct {
+	Hosts   []string `toml:"hosts"`
+	Methods []string `toml:"methods"`
+	Paths   []string `toml:"paths"`
+	Action  string   `toml:"action"` // allow | deny | ask
+	Message string   `toml:"message"`
 }
 
 type DomainFile struct {

@@ -591,6 +591,7 @@ func validate(c *Config, file string) []error {
 	}
 
 	errs = append(errs, validateCredentials(c, file)...)
+	errs = append(errs, validateRequests(c, file)...)
 	if c.Admin.TokenEnv == "" {
 		bad("admin.token_env", "missing; name the environment variable holding the admin bearer token")
 	}
@@ -705,6 +706,22 @@ func validateCredentials(c *Config, file string) []error {
 	}
 	if len(specs) > 0 && !c.MITM.Enabled {
 		bad("credentials", "[mitm] enabled = true is needed: netproxy injects secrets into HTTPS only by intercepting it with its CA (docs/credentials.md)")
+	}
+	return errs
+}
+
+// validateRequests checks each [[network.requests]] rule (hostpolicy owns
+// what is valid) and that [mitm] is on: a rule host's HTTPS is judged only
+// by intercepting it.
+func validateRequests(c *Config, file string) []error {
+	var errs []error
+	for _, r := range c.RequestRules() {
+		for _, ke := range hostpolicy.CheckRequestRule(r) {
+			errs = append(errs, &Error{File: file, Key: ke.Key, Msg: ke.Msg})
+		}
+	}
+	if len(c.Network.Requests) > 0 && !c.MITM.Enabled {
+		errs = append(errs, &Error{File: file, Key: "network.requests[0]", Msg: "[mitm] enabled = true is needed: request rules judge HTTPS requests only by intercepting them with netproxy's CA (docs/policy.md, request rules)"})
 	}
 	return errs
 }

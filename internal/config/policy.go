@@ -39,6 +39,7 @@ func PolicyOptions(c *Config) (hostpolicy.Options, error) {
 		}
 		o.DomainFiles = append(o.DomainFiles, hostpolicy.DomainFile{Path: p, Decision: df.Decision, Key: fmt.Sprintf("network.domain_files[%d]", i)})
 	}
+	o.Requests = c.RequestRules()
 	for name, list := range c.DNS.Hosts {
 		for i, s := range list {
 			a, err := netip.ParseAddr(s)
@@ -59,4 +60,14 @@ func RulesDir() string { return filepath.Join(HomeDir(), "rules") }
 func GuardianSettings(g Guardian) guardian.Settings {
 	return guardian.Settings{Backend: g.Backend, Script: g.Script, URL: g.URL, Model: g.Model,
 		APIKeyEnv: g.APIKeyEnv, Timeout: g.Timeout.Duration}
+}
+
+// RequestRules maps [[network.requests]] onto hostpolicy's rules, each
+// named by its key.
+func (c *Config) RequestRules() []hostpolicy.RequestRule {
+	var out []hostpolicy.RequestRule
+	for i, r := range c.Network.Requests {
+		out = append(out, hostpolicy.RequestRule{Hosts: r.Hosts, Methods: r.Methods, Paths: r.Paths, Action: r.Action, Message: r.Message, Key: fmt.Sprintf("network.requests[%d]", i)})
+	}
+	return out
 }

@@ -35,6 +35,8 @@ type blockedBody struct {
 	Source   string `json:"source"`
 	Protocol string `json:"protocol"`
 	Message  string `json:"message"`
+	// Rule is the index of the request rule that decided (SPEC §3.10).
+	Rule *int `json:"rule,omitempty"`
 }
 
 // blockAnswer is the block of a refused decision: JSON for requests
@@ -55,10 +57,14 @@ func blockAnswer(d hostpolicy.Decision, proto hostpolicy.Protocol, asJSON bool) 
 	if verdict != string(hostpolicy.Ask) {
 		verdict = string(hostpolicy.Deny)
 	}
-	body, _ := json.Marshal(blockedBody{
+	b := blockedBody{
 		Status: "blocked", Host: d.Host, Port: d.Port, Reason: string(d.Reason), Decision: verdict,
 		Source: string(d.Source), Protocol: string(proto), Message: d.Message(),
-	})
+	}
+	if i, ok := d.RuleIndex(); ok {
+		b.Rule = &i
+	}
+	body, _ := json.Marshal(b)
 	return answer{status: status, contentType: "application/json", xProxyError: d.XProxyError(), body: string(body)}
 }
 

@@ -280,7 +280,9 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 		pc.watch.arm()
 	}
 	gen := c.generation()
-	d := h.core.decide(pc.ctx, c, h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method))
+	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method)
+	hreq.Path = requestPath(req)
+	d := h.core.decide(pc.ctx, c, hreq)
 	if !d.Allowed() {
 		if !body {
 			pc.watch.disarm()

@@ -22,6 +22,7 @@ import (
 
 	"github.com/netproxy/netproxy/attribution"
 	"github.com/netproxy/netproxy/credentials"
+	"github.com/netproxy/netproxy/hostpolicy"
 	"github.com/netproxy/netproxy/mitm"
 )
 
@@ -76,7 +77,10 @@ func tbCA(tb testing.TB) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
 }
 
-func newCredBench(tb testing.TB) *credBench {
+func newCredBench(tb testing.TB) *credBench { return newCredBenchWith(tb, credPolicy, nil) }
+
+// newCredBenchWith is newCredBench over policy with request rules.
+func newCredBenchWith(tb testing.TB, policy string, rules []hostpolicy.RequestRule) *credBench {
 	upCA := tbCA(tb)
 	upAuth, err := mitm.NewAuthority(upCA, 4)
 	if err != nil {
@@ -131,7 +135,7 @@ func newCredBench(tb testing.TB) *credBench {
 		tb.Fatal(err)
 	}
 	broker := credentials.NewBroker(set)
-	cb.s = newStackWith(tb, credPolicy, Limits{}, stackParts{mitm: &mitm.Interceptor{Authority: auth, Roots: roots}, creds: broker})
+	cb.s = newStackWith(tb, policy, Limits{}, stackParts{mitm: &mitm.Interceptor{Authority: auth, Roots: roots}, creds: broker, requests: rules})
 	e, token, err := cb.s.registry.Register(attribution.ExecutionSpec{SessionID: "s", EnvironmentID: "e"})
 	if err != nil {
 		tb.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/netproxy/netproxy/hostpolicy"
@@ -15,8 +16,29 @@ import (
 // preset (the host chain and the narrower policies, no decider: the
 // CONNECT already consulted it; then the method under the mode guard). The
 // decision goes to the sinks with protocol https.
-func (c *Core) decideInner(ctx context.Context, conn *Conn, req hostpolicy.Request) hostpolicy.Decision {
-	return c.run(ctx, req, c.innerOptions(conn))
+func (c *Core) decideInner(ctx context.Context, conn *Conn, req hostpolicy.Request, granted bool) hostpolicy.Decision {
+	o := c.innerOptions(conn)
+	o.Granted = granted
+	return c.run(ctx, req, o)
+}
+
+// requestPath is the request target's path as the client sent it (the
+// request rules decode and normalise it themselves; the query is dropped
+// there): the origin-form target, or an absolute-form URL's escaped path.
+func requestPath(req *http.Request) string {
+	if u := req.RequestURI; strings.HasPrefix(u, "/") {
+		return u
+	}
+	if req.URL == nil {
+		return ""
+	}
+	if req.URL.Opaque != "" {
+		return req.URL.Opaque
+	}
+	if p := req.URL.EscapedPath(); p != "" {
+		return p
+	}
+	return "/"
 }
 
 // serveMITM answers an admitted limited-mode CONNECT with 200 and hands
@@ -48,13 +70,17 @@ func (c *Core) mitmTunnel(conn *Conn, client net.Conn, d hostpolicy.Decision, pr
 	target := TargetOf(d)
 	host, port := d.Host, d.Port
 	credOnly := d.Cause == hostpolicy.CauseCredential
+	// A tunnel a reviewer allowed: its inner requests stand on that review
+	// (the request rules still refine them).
+	granted := d.Source == hostpolicy.SourceDecider
 	return &mitm.Tunnel{
 		Client: client,
 		Host:   host, Port: port,
 		Check: func(ictx context.Context, req *http.Request) *http.Response {
 			if !credOnly {
 				ireq := c.request(conn, host, port, hostpolicy.ProtoHTTPS, req.Method)
-				if id := c.decideInner(ictx, conn, ireq); !id.Allowed() {
+				ireq.Path = requestPath(req)
+				if id := c.decideInner(ictx, conn, ireq, granted); !id.Allowed() {
 					return blockedJSONResponse(req, id)
 				}
 			} else if bd := c.budgetBlock(conn.budget, host, port); bd != nil {

@@ -74,8 +74,11 @@ func newStack(t testing.TB, policyTOML string, limits Limits, parent string, dec
 
 // stackParts are the optional parts of a test stack.
 type stackParts struct {
-	parent  string
-	decider hostpolicy.Decider
+	// requests are request rules added to the policy (config.Parse would
+	// want [mitm] files for them).
+	requests []hostpolicy.RequestRule
+	parent   string
+	decider  hostpolicy.Decider
 	// resolver replaces the config's [dns] resolver (fuzz stacks must not
 	// send generated names to a real DNS server).
 	resolver hostpolicy.Resolver
@@ -102,6 +105,7 @@ func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackPar
 	}
 	o.Resolver = parts.resolver
 	o.MITM = parts.mitm != nil
+	o.Requests = append(o.Requests, parts.requests...)
 	pol, err := hostpolicy.Build(o)
 	if err != nil {
 		t.Fatal(err)

@@ -47,10 +47,14 @@ func Target(a approvalsvc.Approval) string {
 	if strings.Contains(h, ":") {
 		h = "[" + h + "]"
 	}
-	if a.Port == 0 {
-		return h
+	if a.Port != 0 {
+		h = fmt.Sprintf("%s:%d", h, a.Port)
 	}
-	return fmt.Sprintf("%s:%d", h, a.Port)
+	if a.Method != "" {
+		// An ask request rule's review: the request under review.
+		return a.Method + " " + h + a.Path
+	}
+	return h
 }
 
 // ProposedRule is the prefix_rule an exec approval's allow_always would

@@ -88,6 +88,10 @@ type Record struct {
 	// Level is the narrower policy that blocked the request ("execution"
 	// or "session"); "" otherwise.
 	Level string `json:"level"`
+	// Rule is the index of the request rule that decided (SPEC §3.10);
+	// null when none. The path itself is never written: it may carry a
+	// token (docs/policy.md, request rules).
+	Rule *int `json:"rule"`
 	// Shadow is the [shadow] candidate's decision when it disagrees with
 	// this one; null otherwise.
 	Shadow *ShadowRecord `json:"shadow"`
@@ -106,14 +110,18 @@ type ShadowRecord struct {
 
 // ApprovalEvent describes one resolved approval (network or exec).
 type ApprovalEvent struct {
-	Time          time.Time
-	ApprovalID    string
-	Kind          string // "network" | "exec"; written as the line's source
-	Decision      string // effective decision: "allow" | "deny"
-	Reason        string
-	Host          string // network approvals: the normalised host
-	Port          uint16
-	Protocol      string
+	Time       time.Time
+	ApprovalID string
+	Kind       string // "network" | "exec"; written as the line's source
+	Decision   string // effective decision: "allow" | "deny"
+	Reason     string
+	Host       string // network approvals: the normalised host
+	Port       uint16
+	Protocol   string
+	// Method and Rule: an ask request rule's review (the path is never
+	// audited: it may carry a token).
+	Method        string
+	Rule          *int
 	SessionID     string
 	EnvironmentID string
 	ExecutionID   string
@@ -283,8 +291,17 @@ func (w *Writer) ObserveDecision(e observe.DecisionEvent) {
 		Rationale:     d.Rationale,
 		Addrs:         d.Addrs,
 		Level:         d.Level,
+		Rule:          ruleIndex(d),
 		Shadow:        shadowRecord(d.Shadow),
 	})
+}
+
+// ruleIndex is the deciding request rule's index, or nil.
+func ruleIndex(d hostpolicy.Decision) *int {
+	if i, ok := d.RuleIndex(); ok {
+		return &i
+	}
+	return nil
 }
 
 func shadowRecord(s *hostpolicy.ShadowDecision) *ShadowRecord {
@@ -308,6 +325,8 @@ func (w *Writer) ApprovalResolved(a ApprovalEvent) {
 		Protocol:      a.Protocol,
 		Host:          SanitizeHost(a.Host),
 		Port:          a.Port,
+		Method:        SanitizeMethod(a.Method),
+		Rule:          a.Rule,
 		SessionID:     a.SessionID,
 		EnvironmentID: a.EnvironmentID,
 		ExecutionID:   a.ExecutionID,

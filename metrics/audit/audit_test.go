@@ -19,7 +19,7 @@ import (
 	"github.com/netproxy/netproxy/internal/observe"
 )
 
-var specKeys = []string{"ts", "event", "decision", "reason", "source", "protocol", "host", "port", "method", "client", "session_id", "environment_id", "execution_id", "pattern", "override", "approval_id", "reviewer", "outcome", "rationale", "addrs", "level", "shadow", "seq", "prev"}
+var specKeys = []string{"ts", "event", "decision", "reason", "source", "protocol", "host", "port", "method", "client", "session_id", "environment_id", "execution_id", "pattern", "override", "approval_id", "reviewer", "outcome", "rationale", "addrs", "level", "rule", "shadow", "seq", "prev"}
 
 func readLines(t *testing.T, path string) []map[string]any {
 	t.Helper()

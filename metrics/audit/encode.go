@@ -59,6 +59,12 @@ func AppendRecord(dst []byte, r Record) []byte {
 	}
 	dst = append(dst, ']')
 	dst = appendField(dst, "level", r.Level)
+	if r.Rule == nil {
+		dst = append(dst, `,"rule":null`...)
+	} else {
+		dst = append(dst, `,"rule":`...)
+		dst = strconv.AppendInt(dst, int64(*r.Rule), 10)
+	}
 	if r.Shadow == nil {
 		dst = append(dst, `,"shadow":null`...)
 	} else {

@@ -66,16 +66,20 @@ func (e LineError) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Li
 
 // Line is the part of a network_decision audit line a replay uses.
 type Line struct {
-	Event       string   `json:"event"`
-	Decision    string   `json:"decision"`
-	Reason      string   `json:"reason"`
-	Source      string   `json:"source"`
-	Protocol    string   `json:"protocol"`
-	Host        string   `json:"host"`
-	Port        uint16   `json:"port"`
-	Method      string   `json:"method"`
-	Pattern     string   `json:"pattern"`
-	Level       string   `json:"level"`
+	Event    string `json:"event"`
+	Decision string `json:"decision"`
+	Reason   string `json:"reason"`
+	Source   string `json:"source"`
+	Protocol string `json:"protocol"`
+	Host     string `json:"host"`
+	Port     uint16 `json:"port"`
+	Method   string `json:"method"`
+	Pattern  string `json:"pattern"`
+	Level    string `json:"level"`
+	// Rule is the request rule that decided (SPEC §3.10); the path is not
+	// audited, so a replay carries the live rule outcome over instead of
+	// re-judging it (docs/policy.md, request rules).
+	Rule        *int     `json:"rule"`
 	Addrs       []string `json:"addrs"`
 	ExecutionID string   `json:"execution_id"`
 }
@@ -319,6 +323,13 @@ func Recorded(l Line) (hostpolicy.Request, hostpolicy.Decision) {
 	d := hostpolicy.Decision{
 		Verdict: hostpolicy.Verdict(l.Decision), Reason: hostpolicy.Reason(l.Reason), Source: hostpolicy.Source(l.Source),
 		Host: l.Host, Port: l.Port, Pattern: l.Pattern, Level: l.Level,
+	}
+	if l.Rule != nil && *l.Rule >= 0 {
+		d.Rule = *l.Rule + 1
+		d.RuleAllowed = d.Allowed()
+		if d.Reason == hostpolicy.ReasonRequestDenied {
+			d.Cause = hostpolicy.CauseRule
+		}
 	}
 	if len(l.Addrs) > 0 {
 		d.Addrs = make([]netip.Addr, 0, len(l.Addrs))

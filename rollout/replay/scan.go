@@ -314,6 +314,16 @@ func scanLine(b []byte, l *Line) bool {
 				return false
 			}
 			l.Port = v
+		case key == "rule":
+			if s.lit("null") {
+				break
+			}
+			v, ok := s.uint16Val()
+			if !ok {
+				return false
+			}
+			r := int(v)
+			l.Rule = &r
 		case key == "addrs":
 			v, ok := s.strArray()
 			if !ok {
@@ -348,7 +358,7 @@ func scanLine(b []byte, l *Line) bool {
 // foldsToKnown reports a key that differs from a Line key only in case.
 func foldsToKnown(key string) bool {
 	switch strings.ToLower(key) {
-	case "event", "decision", "reason", "source", "protocol", "host", "method", "pattern", "level", "execution_id", "port", "addrs":
+	case "event", "decision", "reason", "source", "protocol", "host", "method", "pattern", "level", "execution_id", "port", "addrs", "rule":
 		return true
 	}
 	return false

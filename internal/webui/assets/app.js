@@ -102,13 +102,16 @@
     const host = o.host || "";
     if (!host) return o.kind === "exec" ? (commandText(o.command) || "command approval") : "(unknown host)";
     const h = host.indexOf(":") >= 0 ? "[" + host + "]" : host;
-    return o.port ? h + ":" + o.port : h;
+    const t = o.port ? h + ":" + o.port : h;
+    // An ask request rule's review: the method and path under review.
+    return o.method ? o.method + " " + t + (o.path || "") : t;
   }
 
   // reasonText explains a network approval's reason code (SPEC §3.6) in words;
   // exec approvals already carry a sentence.
   function reasonText(a) {
     if (a.reason === "not_allowed") return (a.host || "the host") + " is not in the allow list (not_allowed)";
+    if (a.reason === "request_denied" && a.rule != null) return "request rule " + a.rule + " asks for a review of this request (request_denied)";
     return dash(a.reason);
   }
 
