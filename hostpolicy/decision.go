@@ -69,6 +69,10 @@ type Request struct {
 	Protocol Protocol
 	Method   string // HTTP method for plain HTTP; "CONNECT" for CONNECT; "" for SOCKS5
 	Client   string // client remote address, for logs and audit
+	// Upgrade: the HTTP request carries an Upgrade header (WebSocket, h2c,
+	// anything). After a 101 nothing is checked, so the limited-mode guard
+	// refuses it (SPEC §3.8) whatever the method.
+	Upgrade bool
 
 	// Attribution, filled from the frame (SPEC §4). Empty when unattributed.
 	ExecutionID   string

@@ -137,6 +137,10 @@ type pass struct {
 	// snapshot current when it answered.
 	approved    *Decision
 	mode, level string
+	// modeExempt: an `allow` request rule (SPEC §3.10) matched, which
+	// exempts the request from the limited-mode method and Upgrade guard.
+	// The request-rule stage (before mode_guard) sets it; nothing else may.
+	modeExempt bool
 }
 
 // Run is the pipeline: every decision of netproxy is one of its presets.
@@ -377,11 +381,23 @@ func (p *pass) predictDecider(live *Decision) {
 	p.d.Verdict, p.d.Source = Ask, SourceDecider
 }
 
+// upgradeRefused is the limited-mode answer to a request carrying Upgrade.
+func upgradeRefused(d Decision) Decision {
+	d.Verdict, d.Reason, d.Source = Deny, ReasonMethodNotAllowed, SourceModeGuard
+	d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: Upgrade"})
+	return d
+}
+
 // modeGuard applies the mode under the narrowest scope: an outer request's
 // protocol and method (a limited-mode CONNECT may pass to interception),
 // an inner request's method. A re-check has no method to judge.
 func (p *pass) modeGuard() {
-	if p.o.Resolve == ResolvePinned || !p.d.Allowed() {
+	if p.o.Resolve == ResolvePinned || !p.d.Allowed() || p.modeExempt {
+		return
+	}
+	if p.req.Upgrade && p.mode == ModeLimited {
+		// A 101 turns the request into an unchecked two-way channel.
+		p.d = withLevel(upgradeRefused(p.d), p.level)
 		return
 	}
 	if p.o.Inner {

@@ -280,7 +280,9 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 		pc.watch.arm()
 	}
 	gen := c.generation()
-	d := h.core.decide(pc.ctx, h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method))
+	preq := h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method)
+	preq.Upgrade = carriesUpgrade(req.Header)
+	d := h.core.decide(pc.ctx, preq)
 	if !d.Allowed() {
 		if !body {
 			pc.watch.disarm()

@@ -54,6 +54,7 @@ func (c *Core) mitmTunnel(conn *Conn, client net.Conn, d hostpolicy.Decision, pr
 		Check: func(ictx context.Context, req *http.Request) *http.Response {
 			if !credOnly {
 				ireq := c.request(conn, host, port, hostpolicy.ProtoHTTPS, req.Method)
+				ireq.Upgrade = carriesUpgrade(req.Header)
 				if id := c.decideInner(ictx, ireq); !id.Allowed() {
 					return blockedJSONResponse(req, id)
 				}
