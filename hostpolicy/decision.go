@@ -41,6 +41,9 @@ const (
 	// ReasonCredentialMisuse: a live credential placeholder toward a host
 	// it does not belong to, or from another execution (docs/credentials.md).
 	ReasonCredentialMisuse Reason = "credential_misuse"
+	// ReasonSNIMismatch: an opaque tunnel's ClientHello named another host
+	// than the tunnel's (domain fronting, SPEC §3.11).
+	ReasonSNIMismatch Reason = "sni_mismatch"
 )
 
 // Source says which stage made a decision (SPEC §3.6).
@@ -137,6 +140,10 @@ type Decision struct {
 	// Cause is the typed cause of an admission stage's mark or block
 	// (RunOptions.Admit); empty otherwise.
 	Cause Cause
+	// CheckTLSName: an allowed opaque tunnel (CONNECT or SOCKS5) to a name
+	// whose first client bytes must carry no SNI or this host's (SPEC §3.11,
+	// network.check_tls_name). An intercepted tunnel ignores it.
+	CheckTLSName bool
 	// noTrace: addStep records nothing (offline judgements).
 	noTrace bool
 

@@ -47,6 +47,8 @@ func (d Decision) XProxyError() string {
 		return "blocked-by-mitm-required"
 	case ReasonMITMHookDenied:
 		return "blocked-by-mitm-hook"
+	case ReasonSNIMismatch:
+		return "blocked-by-tls-name"
 	}
 	return "blocked-by-policy"
 }

@@ -38,6 +38,9 @@ type Options struct {
 	// Listen are netproxy's own listen addresses ("host:port"), carried in
 	// the snapshot for the data path's self-dial refusal (SPEC §3.5).
 	Listen []string
+	// CheckTLSName is network.check_tls_name: an opaque tunnel to a name
+	// must carry no SNI or its own (SPEC §3.11).
+	CheckTLSName bool
 	// Resolver, when set, replaces the DNS resolver built from DNS (tests).
 	// Static answers (DNS.Hosts) are still read first.
 	Resolver Resolver
@@ -245,6 +248,7 @@ func Build(opts Options) (*Snapshot, error) {
 		mode:              opts.Mode,
 		enabled:           opts.Enabled,
 		mitm:              opts.MITM,
+		checkTLSName:      opts.CheckTLSName,
 		static:            static,
 		dns:               res,
 		listen:            append([]string(nil), opts.Listen...),

@@ -3,6 +3,7 @@ package hostpolicy
 import (
 	"context"
 	"net/netip"
+	"strings"
 )
 
 // The one network decision pipeline (SPEC §3.4–3.9). Every decision —
@@ -212,6 +213,7 @@ func (p *pass) stage(ctx context.Context, st Stage, live *Decision) stageResult 
 		p.modeGuard()
 		return stageNext
 	case StageAdmission:
+		p.tlsName()
 		if p.o.Admit != nil && p.d.Allowed() {
 			p.d = p.o.Admit.Admit(p.req, p.d)
 		}
@@ -379,6 +381,23 @@ func (p *pass) predictDecider(live *Decision) {
 		return
 	}
 	p.d.Verdict, p.d.Source = Ask, SourceDecider
+}
+
+// tlsName marks an allowed opaque tunnel to a name for the TLS-name check
+// (SPEC §3.11): CONNECT or SOCKS5, not an IP literal, with
+// network.check_tls_name. The data path peeks its first client bytes
+// unless admission intercepts it (interception sees the name itself).
+func (p *pass) tlsName() {
+	if !p.d.Allowed() || !p.s.checkTLSName || p.t.isIP || p.d.Intercept || p.o.Inner {
+		return
+	}
+	switch {
+	case p.req.Protocol == ProtoSOCKS5:
+	case p.req.Protocol == ProtoHTTPS && strings.EqualFold(p.req.Method, methodConnect):
+	default:
+		return
+	}
+	p.d.CheckTLSName = true
 }
 
 // upgradeRefused is the limited-mode answer to a request carrying Upgrade.

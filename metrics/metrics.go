@@ -83,7 +83,7 @@ type Metrics struct {
 var (
 	protocolValues    = set("http", "https", "socks5-tcp")
 	decisionValues    = set("allow", "deny", "ask")
-	reasonValues      = set("denied", "not_allowed", "not_allowed_local", "method_not_allowed", "mitm_required", "mitm_hook_denied", "proxy_disabled", "attribution_rejected", "policy_denied", "proxy_loop", "approvals_overloaded", "approvals_unavailable", "credential_misuse")
+	reasonValues      = set("denied", "not_allowed", "not_allowed_local", "method_not_allowed", "mitm_required", "mitm_hook_denied", "proxy_disabled", "attribution_rejected", "policy_denied", "proxy_loop", "approvals_overloaded", "approvals_unavailable", "credential_misuse", "sni_mismatch")
 	sourceValues      = set("baseline_policy", "decider", "mode_guard", "proxy_state")
 	approvalKinds     = set("network", "exec")
 	reviewerValues    = set("user", "guardian", "hook", "cache", "policy")
