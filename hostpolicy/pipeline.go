@@ -115,7 +115,40 @@ const (
 	CauseNoInterceptor Cause = "no_interceptor"
 	// CauseOwnListener: the target is one of netproxy's own listeners.
 	CauseOwnListener Cause = "own_listener"
+
+	// The host chain's causes, set by the stage that decides (SPEC §3.7).
+	CauseDenyList        Cause = "deny_list"         // a deny-list entry (name, address, answer)
+	CauseLocalLiteral    Cause = "local_literal"     // localhost or a non-public IP literal
+	CauseNonPublicAnswer Cause = "non_public_answer" // a static, resolved or pinned address is non-public
+	CauseNoPinnedAddress Cause = "no_pinned_address" // an open connection to a name with no pinned address
+	CauseDNSError        Cause = "dns_error"         // SERVFAIL, NXDOMAIN, no address, another error
+	CauseDNSTimeout      Cause = "dns_timeout"       // no answer within dns.timeout
+	CauseReviewer        Cause = "reviewer"          // the decider refused or asks
+	CauseLimitedMode     Cause = "limited_mode"      // the limited-mode method or protocol guard
+	CauseUpgrade         Cause = "upgrade"           // limited mode: a request carrying Upgrade
 )
+
+// BlockCause is the cause a blocked decision reports: the stage's typed
+// Cause, else the reason itself (every block names one, SPEC §3.7).
+func (d Decision) BlockCause() Cause {
+	if d.Cause != "" {
+		return d.Cause
+	}
+	switch d.Reason {
+	case ReasonNotAllowed:
+		if d.Source == SourceDecider {
+			return CauseReviewer
+		}
+		return "not_in_allowlist"
+	case ReasonProxyDisabled:
+		return "kill_switch"
+	case ReasonPolicyDenied:
+		if d.Level != "" {
+			return Cause(d.Level + "_policy")
+		}
+	}
+	return Cause(d.Reason)
+}
 
 // pass is one run of the pipeline. It lives on the caller's stack: the
 // stages are dispatched by a switch, not through function values, so that
@@ -277,7 +310,7 @@ func (p *pass) resolve(ctx context.Context, live *Decision) bool {
 // pinned address proves nothing about where it went: fail closed.
 func (p *pass) judgePinned(addrs []netip.Addr) bool {
 	if len(addrs) == 0 && !p.s.allowLocalBinding && !p.d.LocalLiteral && p.d.Host != "" && !p.t.isIP {
-		p.d.Verdict, p.d.Reason, p.d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
+		p.d.Verdict, p.d.Reason, p.d.Source, p.d.Cause = Deny, ReasonNotAllowedLocal, SourceBaseline, CauseNoPinnedAddress
 		p.d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "no pinned address"})
 		return true
 	}
@@ -293,13 +326,13 @@ func (p *pass) judgePinned(addrs []netip.Addr) bool {
 // judgeAddrs checks addresses the pipeline did not resolve itself.
 func (p *pass) judgeAddrs(addrs []netip.Addr) bool {
 	if a, entry, ok := p.s.deny.matchAnyAddr(addrs, p.t.port); ok {
-		p.d.Verdict, p.d.Reason, p.d.Source, p.d.Pattern = Deny, ReasonDenied, SourceBaseline, entry
+		p.d.Verdict, p.d.Reason, p.d.Source, p.d.Pattern, p.d.Cause = Deny, ReasonDenied, SourceBaseline, entry, CauseDenyList
 		p.d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "pinned address " + a.String() + " in " + entry})
 		return true
 	}
 	if !p.s.allowLocalBinding && !p.d.LocalLiteral {
 		if a, bad := p.s.firstLocal(addrs, p.t.port); bad {
-			p.d.Verdict, p.d.Reason, p.d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
+			p.d.Verdict, p.d.Reason, p.d.Source, p.d.Cause = Deny, ReasonNotAllowedLocal, SourceBaseline, CauseNonPublicAnswer
 			p.d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "pinned address " + a.String() + " is non-public"})
 			return true
 		}
@@ -352,7 +385,7 @@ func (p *pass) decide(ctx context.Context, live *Decision) stageResult {
 	if out.Verdict != Allow {
 		d := &p.d
 		d.ApprovalID, d.Override, d.Rationale = out.ApprovalID, out.Override, out.Rationale
-		d.Source, d.Verdict, d.Reason = SourceDecider, Deny, out.Reason
+		d.Source, d.Verdict, d.Reason, d.Cause = SourceDecider, Deny, out.Reason, CauseReviewer
 		if out.Verdict == Ask {
 			d.Verdict = Ask
 		}
@@ -402,7 +435,7 @@ func (p *pass) tlsName() {
 
 // upgradeRefused is the limited-mode answer to a request carrying Upgrade.
 func upgradeRefused(d Decision) Decision {
-	d.Verdict, d.Reason, d.Source = Deny, ReasonMethodNotAllowed, SourceModeGuard
+	d.Verdict, d.Reason, d.Source, d.Cause = Deny, ReasonMethodNotAllowed, SourceModeGuard, CauseUpgrade
 	d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: Upgrade"})
 	return d
 }

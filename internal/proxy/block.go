@@ -35,6 +35,7 @@ type blockedBody struct {
 	Source   string `json:"source"`
 	Protocol string `json:"protocol"`
 	Message  string `json:"message"`
+	Cause    string `json:"cause"`
 }
 
 // blockAnswer is the block of a refused decision: JSON for requests
@@ -57,7 +58,7 @@ func blockAnswer(d hostpolicy.Decision, proto hostpolicy.Protocol, asJSON bool) 
 	}
 	body, _ := json.Marshal(blockedBody{
 		Status: "blocked", Host: d.Host, Port: d.Port, Reason: string(d.Reason), Decision: verdict,
-		Source: string(d.Source), Protocol: string(proto), Message: d.Message(),
+		Source: string(d.Source), Protocol: string(proto), Message: d.Message(), Cause: string(d.BlockCause()),
 	})
 	return answer{status: status, contentType: "application/json", xProxyError: d.XProxyError(), body: string(body)}
 }
