@@ -252,6 +252,7 @@ func Build(opts Options) (*Snapshot, error) {
 		static:            static,
 		dns:               res,
 		listen:            append([]string(nil), opts.Listen...),
+		self:              selfFromListen(opts.Listen),
 		amends:            noAmendments,
 	}, nil
 }

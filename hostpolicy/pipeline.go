@@ -25,6 +25,7 @@ const (
 	StageScopes        Stage = "scopes"         // per-session and per-execution narrower policies
 	StageResolve       Stage = "resolve"        // live DNS, pinned or offline addresses, judged
 	StageAddressScopes Stage = "address_scopes" // the scopes' address entries against the addresses
+	StageOwnListener   Stage = "own_listener"   // netproxy never dials its own listeners (SPEC §3.5)
 	StageDecider       Stage = "decider"        // not_allowed only; its allow re-runs the pipeline
 	StageModeGuard     Stage = "mode_guard"     // limited mode (SPEC §3.8)
 	StageAdmission     Stage = "admission"      // the data path's own stages (RunOptions.Admit)
@@ -41,6 +42,7 @@ var pipeline = [...]Stage{
 	StageScopes,
 	StageResolve,
 	StageAddressScopes,
+	StageOwnListener,
 	StageDecider,
 	StageModeGuard,
 	StageAdmission,
@@ -240,6 +242,8 @@ func (p *pass) stage(ctx context.Context, st Stage, live *Decision) stageResult 
 		return next(p.resolve(ctx, live))
 	case StageAddressScopes:
 		return next(scopeAddrBlock(&p.d, p.d.Addrs, p.scopes))
+	case StageOwnListener:
+		return next(p.ownListener())
 	case StageDecider:
 		return p.decide(ctx, live)
 	case StageModeGuard:
@@ -414,6 +418,27 @@ func (p *pass) predictDecider(live *Decision) {
 		return
 	}
 	p.d.Verdict, p.d.Source = Ask, SourceDecider
+}
+
+// ownListener refuses an allowed target that is one of netproxy's own
+// listen addresses, whatever allowed it (allow_local_binding, an
+// allow-listed 127.0.0.1): the decision's addresses, or the literal
+// itself when the local guard was skipped. Offline (replay, shadow) it
+// judges the candidate's listen addresses, as serve judges its own.
+func (p *pass) ownListener() bool {
+	if !p.d.Allowed() || p.s.self == nil {
+		return false
+	}
+	addrs := p.d.Addrs
+	if len(addrs) == 0 && p.t.isIP {
+		addrs = []netip.Addr{p.t.addr}
+	}
+	if !p.s.self.ContainsAny(addrs, p.t.port) {
+		return false
+	}
+	p.d.Verdict, p.d.Reason, p.d.Source, p.d.Cause = Deny, ReasonNotAllowedLocal, SourceBaseline, CauseOwnListener
+	p.d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "netproxy's own listen address"})
+	return true
 }
 
 // tlsName marks an allowed opaque tunnel to a name for the TLS-name check

@@ -34,6 +34,8 @@ type Snapshot struct {
 	static map[string][]netip.Addr
 	dns    Resolver
 	listen []string
+	// self are the listen addresses the own_listener stage refuses.
+	self   *SelfAddrs
 	amends *amendments
 }
 

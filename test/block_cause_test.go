@@ -5,7 +5,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestBlockCauseDNS is issue 24 item 6 (SPEC §3.7): every JSON block
@@ -52,5 +55,37 @@ func TestBlockCauseDNS(t *testing.T) {
 		if err := json.Unmarshal(out, &chk); err != nil || chk.Cause != c.cause {
 			t.Errorf("check %s: cause %q, want %q\n%s", c.host, chk.Cause, c.cause, out)
 		}
+	}
+}
+
+// TestReplayOwnListeners is issue 24 item 7: requests to netproxy's own
+// listeners are refused (own_listener) and `netproxy replay` of that audit
+// against the same config judges them the same: exit 0, no change.
+// Before, replay did not apply the rule and reported block→allow.
+func TestReplayOwnListeners(t *testing.T) {
+	cfg := StdConfig()
+	cfg.Domains = append(cfg.Domains, [2]string{"127.0.0.1", "allow"})
+	p := StartProxy(t, cfg)
+	r := Curl(t, "-x", "http://"+p.HTTP, "-w", "\n%{http_code}", "http://"+p.Admin+"/healthz")
+	if !strings.HasSuffix(r.Stdout, "\n403") || !strings.Contains(r.Stdout, `"cause":"own_listener"`) {
+		t.Fatalf("plain request to the admin listener: %q %s", r.Stdout, r.Stderr)
+	}
+	r = Curl(t, "-x", "http://"+p.HTTP, "-o", "/dev/null", "-w", "%{http_connect}", "https://"+p.SOCKS+"/")
+	if r.Stdout != "403" {
+		t.Fatalf("CONNECT to the SOCKS5 listener: %q %s", r.Stdout, r.Stderr)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(p.Audit)
+		if strings.Count(string(b), `"reason":"not_allowed_local"`) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("audit:\n%s", b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, out, stderr := runReplay(t, p, "--config", p.ConfigPath, p.Audit); code != 0 {
+		t.Fatalf("replay of the same config: exit %d\n%s\n%s", code, out, stderr)
 	}
 }
