@@ -5,10 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestBlockCauseDNS is issue 24 item 6 (SPEC §3.7): every JSON block
@@ -74,17 +72,7 @@ func TestReplayOwnListeners(t *testing.T) {
 	if r.Stdout != "403" {
 		t.Fatalf("CONNECT to the SOCKS5 listener: %q %s", r.Stdout, r.Stderr)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		b, _ := os.ReadFile(p.Audit)
-		if strings.Count(string(b), `"reason":"not_allowed_local"`) >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("audit:\n%s", b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitAudit(t, p, "network_decision", 2, func(m map[string]any) bool { return m["reason"] == "not_allowed_local" })
 	if code, out, stderr := runReplay(t, p, "--config", p.ConfigPath, p.Audit); code != 0 {
 		t.Fatalf("replay of the same config: exit %d\n%s\n%s", code, out, stderr)
 	}

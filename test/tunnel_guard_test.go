@@ -211,17 +211,7 @@ func TestOpaqueTunnelTLSName(t *testing.T) {
 	if got := raw.Received(); got != "" {
 		t.Fatalf("the upstream received %d bytes of fronted tunnels", len(got))
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		b, _ := os.ReadFile(p.Audit)
-		if strings.Count(string(b), `"reason":"sni_mismatch"`) >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("want 3 sni_mismatch lines in the audit:\n%s", b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitAudit(t, p, "network_decision", 3, func(m map[string]any) bool { return m["reason"] == "sni_mismatch" })
 	if code, body := p.AdminRequest(t, "GET", "/metrics", p.Token); code != 200 || !strings.Contains(body, `reason="sni_mismatch"`) {
 		t.Fatalf("metrics: %d, no sni_mismatch count", code)
 	}
