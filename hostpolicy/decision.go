@@ -44,6 +44,9 @@ const (
 	// ReasonRequestDenied: a request rule (SPEC §3.10) denied the request,
 	// its path does not normalise, or its ask was not approved.
 	ReasonRequestDenied Reason = "request_denied"
+	// ReasonSNIMismatch: an opaque tunnel's ClientHello named another host
+	// than the tunnel's (domain fronting, SPEC §3.11).
+	ReasonSNIMismatch Reason = "sni_mismatch"
 )
 
 // Source says which stage made a decision (SPEC §3.6).
@@ -76,6 +79,10 @@ type Request struct {
 	// request rules and never audited (it may carry a token).
 	Path   string
 	Client string // client remote address, for logs and audit
+	// Upgrade: the HTTP request carries an Upgrade header (WebSocket, h2c,
+	// anything). After a 101 nothing is checked, so the limited-mode guard
+	// refuses it (SPEC §3.8) whatever the method.
+	Upgrade bool
 
 	// Attribution, filled from the frame (SPEC §4). Empty when unattributed.
 	ExecutionID   string
@@ -152,6 +159,10 @@ type Decision struct {
 	// RuleMessage is the deciding rule's client-facing message ("" →
 	// the reason's default; Message returns it).
 	RuleMessage string
+	// CheckTLSName: an allowed opaque tunnel (CONNECT or SOCKS5) to a name
+	// whose first client bytes must carry no SNI or this host's (SPEC §3.11,
+	// network.check_tls_name). An intercepted tunnel ignores it.
+	CheckTLSName bool
 	// noTrace: addStep records nothing (offline judgements).
 	noTrace bool
 

@@ -279,25 +279,25 @@ func (p *pass) deny() bool {
 			continue
 		}
 		if pat, ok := s.deny.matchName(h, t.port); ok {
-			d.Reason, d.Pattern = ReasonDenied, pat
+			d.Reason, d.Pattern, d.Cause = ReasonDenied, pat, CauseDenyList
 			d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: pat})
 			return true
 		}
 	}
 	if h, ok := amended(p.amends.deny, t.host, t.unscoped, t.mapped); ok {
-		d.Reason, d.Pattern = ReasonDenied, h
+		d.Reason, d.Pattern, d.Cause = ReasonDenied, h, CauseDenyList
 		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: h + " (amended)"})
 		return true
 	}
 	if t.isIP {
 		if entry, ok := s.deny.matchAddr(t.addr, t.port); ok {
-			d.Reason, d.Pattern = ReasonDenied, entry
+			d.Reason, d.Pattern, d.Cause = ReasonDenied, entry, CauseDenyList
 			d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: entry})
 			return true
 		}
 	}
 	if a, entry, ok := s.deny.matchAnyAddr(t.static, t.port); ok {
-		d.Reason, d.Pattern = ReasonDenied, entry
+		d.Reason, d.Pattern, d.Cause = ReasonDenied, entry, CauseDenyList
 		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "static answer " + a.String() + " in " + entry})
 		return true
 	}
@@ -328,7 +328,7 @@ func (p *pass) localGuard() bool {
 			pat, ok = s.allow.matchAddr(t.addr, t.port)
 		}
 		if !ok {
-			d.Reason = ReasonNotAllowedLocal
+			d.Reason, d.Cause = ReasonNotAllowedLocal, CauseLocalLiteral
 			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "local/private address not allow-listed exactly or by prefix"})
 			return true
 		}
@@ -353,7 +353,7 @@ func (p *pass) localGuard() bool {
 	case t.hasStatic:
 		d.Addrs = append([]netip.Addr(nil), t.static...)
 		if a, bad := s.firstLocal(t.static, t.port); bad {
-			d.Reason = ReasonNotAllowedLocal
+			d.Reason, d.Cause = ReasonNotAllowedLocal, CauseNonPublicAnswer
 			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "static answer " + a.String() + " is non-public"})
 			return true
 		}
@@ -434,19 +434,19 @@ func (s *Snapshot) resolveAllowed(ctx context.Context, d Decision, t target) Dec
 	}
 	addrs, err := s.lookupDNS(ctx, t.host)
 	if err != nil {
-		d.Verdict, d.Reason, d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
+		d.Verdict, d.Reason, d.Source, d.Cause = Deny, ReasonNotAllowedLocal, SourceBaseline, lookupCause(err)
 		d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "lookup failed: " + err.Error()})
 		return d
 	}
 	d.Addrs = addrs
 	if a, entry, ok := s.deny.matchAnyAddr(addrs, t.port); ok {
-		d.Verdict, d.Reason, d.Source, d.Pattern = Deny, ReasonDenied, SourceBaseline, entry
+		d.Verdict, d.Reason, d.Source, d.Pattern, d.Cause = Deny, ReasonDenied, SourceBaseline, entry, CauseDenyList
 		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "answer " + a.String() + " in " + entry})
 		return d
 	}
 	if !s.allowLocalBinding {
 		if a, bad := s.firstLocal(addrs, t.port); bad {
-			d.Verdict, d.Reason, d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
+			d.Verdict, d.Reason, d.Source, d.Cause = Deny, ReasonNotAllowedLocal, SourceBaseline, CauseNonPublicAnswer
 			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "resolves to non-public address " + a.String()})
 			return d
 		}
@@ -516,7 +516,7 @@ func (s *Snapshot) modeGuardIn(mode string, req Request, d Decision) Decision {
 		d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
 		return d
 	}
-	d.Verdict, d.Reason, d.Source = Deny, reason, SourceModeGuard
+	d.Verdict, d.Reason, d.Source, d.Cause = Deny, reason, SourceModeGuard, CauseLimitedMode
 	d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(reason)})
 	return d
 }

@@ -308,12 +308,29 @@ func TestLimitedMode(t *testing.T) {
 		// a reviewer's allow does not lift the method restriction
 		{Request{Trace: true, Host: "other.test", Port: 80, Protocol: ProtoHTTP, Method: "POST"}, ReasonMethodNotAllowed, SourceModeGuard},
 		{Request{Trace: true, Host: "other.test", Port: 80, Protocol: ProtoHTTP, Method: "GET"}, ReasonNone, SourceDecider},
+		// a GET carrying Upgrade would be a two-way channel (SPEC §3.8)
+		{Request{Trace: true, Host: "ok.test", Port: 80, Protocol: ProtoHTTP, Method: "GET", Upgrade: true}, ReasonMethodNotAllowed, SourceModeGuard},
+		{Request{Trace: true, Host: "bad.test", Port: 80, Protocol: ProtoHTTP, Method: "GET", Upgrade: true}, ReasonDenied, SourceBaseline},
 	}
 	for _, c := range cases {
 		d := e.Evaluate(ctx, c.req)
 		if d.Reason != c.reason || d.Source != c.source || (c.reason == ReasonNone) != d.Allowed() {
 			t.Errorf("%+v → %s %q %q, want %q %q", c.req, d.Verdict, d.Reason, d.Source, c.reason, c.source)
 		}
+	}
+}
+
+func TestLimitedModeUpgradeInner(t *testing.T) {
+	res := staticOnly{staticResolver(map[string][]string{"ok.test": {"93.184.216.34"}})}
+	ctx := context.Background()
+	up := Request{Host: "ok.test", Port: 443, Protocol: ProtoHTTPS, Method: "GET", Upgrade: true}
+	e := newTestEngine(mustCompile(t, map[string]string{"ok.test": "allow"}, false), res, ModeLimited, nil)
+	if d := e.Run(ctx, up, RunOptions{Inner: true}); d.Reason != ReasonMethodNotAllowed || d.Source != SourceModeGuard {
+		t.Fatalf("inner limited Upgrade: %+v", d)
+	}
+	full := newTestEngine(mustCompile(t, map[string]string{"ok.test": "allow"}, false), res, ModeFull, nil)
+	if d := full.Run(ctx, up, RunOptions{Inner: true}); !d.Allowed() {
+		t.Fatalf("full mode refused an Upgrade: %+v", d)
 	}
 }
 

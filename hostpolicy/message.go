@@ -9,6 +9,9 @@ func (d Decision) Message() string {
 	case ReasonNotAllowed:
 		return "Domain not in allowlist."
 	case ReasonNotAllowedLocal:
+		if d.Cause == CauseDNSError || d.Cause == CauseDNSTimeout {
+			return "Host name could not be resolved."
+		}
 		return "Sandbox policy blocks local/private network addresses."
 	case ReasonDenied:
 		return "Domain denied by the sandbox policy."
@@ -61,6 +64,8 @@ func (d Decision) XProxyError() string {
 		return "blocked-by-budget"
 	case ReasonRequestDenied:
 		return "blocked-by-request-rule"
+	case ReasonSNIMismatch:
+		return "blocked-by-tls-name"
 	}
 	return "blocked-by-policy"
 }

@@ -41,6 +41,9 @@ type Options struct {
 	// Requests are the request rules ([[network.requests]], SPEC §3.10) in
 	// file order.
 	Requests []RequestRule
+	// CheckTLSName is network.check_tls_name: an opaque tunnel to a name
+	// must carry no SNI or its own (SPEC §3.11).
+	CheckTLSName bool
 	// Resolver, when set, replaces the DNS resolver built from DNS (tests).
 	// Static answers (DNS.Hosts) are still read first.
 	Resolver Resolver
@@ -250,9 +253,11 @@ func Build(opts Options) (*Snapshot, error) {
 		mode:              opts.Mode,
 		enabled:           opts.Enabled,
 		mitm:              opts.MITM,
+		checkTLSName:      opts.CheckTLSName,
 		static:            static,
 		dns:               res,
 		listen:            append([]string(nil), opts.Listen...),
+		self:              selfFromListen(opts.Listen),
 		amends:            noAmendments,
 		requests:          requests,
 	}, nil

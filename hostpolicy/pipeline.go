@@ -3,6 +3,7 @@ package hostpolicy
 import (
 	"context"
 	"net/netip"
+	"strings"
 )
 
 // The one network decision pipeline (SPEC §3.4–3.9). Every decision —
@@ -24,6 +25,7 @@ const (
 	StageScopes        Stage = "scopes"         // per-session and per-execution narrower policies
 	StageResolve       Stage = "resolve"        // live DNS, pinned or offline addresses, judged
 	StageAddressScopes Stage = "address_scopes" // the scopes' address entries against the addresses
+	StageOwnListener   Stage = "own_listener"   // netproxy never dials its own listeners (SPEC §3.5)
 	StageDecider       Stage = "decider"        // not_allowed only; its allow re-runs the pipeline
 	StageRequests      Stage = "requests"       // request rules on method and path (SPEC §3.10)
 	StageModeGuard     Stage = "mode_guard"     // limited mode (SPEC §3.8)
@@ -41,6 +43,7 @@ var pipeline = [...]Stage{
 	StageScopes,
 	StageResolve,
 	StageAddressScopes,
+	StageOwnListener,
 	StageDecider,
 	StageRequests,
 	StageModeGuard,
@@ -129,7 +132,40 @@ const (
 	// CausePathNotNormal: the path of a request toward a host with
 	// request rules does not normalise (request_denied).
 	CausePathNotNormal Cause = "path_not_normal"
+
+	// The host chain's causes, set by the stage that decides (SPEC §3.7).
+	CauseDenyList        Cause = "deny_list"         // a deny-list entry (name, address, answer)
+	CauseLocalLiteral    Cause = "local_literal"     // localhost or a non-public IP literal
+	CauseNonPublicAnswer Cause = "non_public_answer" // a static, resolved or pinned address is non-public
+	CauseNoPinnedAddress Cause = "no_pinned_address" // an open connection to a name with no pinned address
+	CauseDNSError        Cause = "dns_error"         // SERVFAIL, NXDOMAIN, no address, another error
+	CauseDNSTimeout      Cause = "dns_timeout"       // no answer within dns.timeout
+	CauseReviewer        Cause = "reviewer"          // the decider refused or asks
+	CauseLimitedMode     Cause = "limited_mode"      // the limited-mode method or protocol guard
+	CauseUpgrade         Cause = "upgrade"           // limited mode: a request carrying Upgrade
 )
+
+// BlockCause is the cause a blocked decision reports: the stage's typed
+// Cause, else the reason itself (every block names one, SPEC §3.7).
+func (d Decision) BlockCause() Cause {
+	if d.Cause != "" {
+		return d.Cause
+	}
+	switch d.Reason {
+	case ReasonNotAllowed:
+		if d.Source == SourceDecider {
+			return CauseReviewer
+		}
+		return "not_in_allowlist"
+	case ReasonProxyDisabled:
+		return "kill_switch"
+	case ReasonPolicyDenied:
+		if d.Level != "" {
+			return Cause(d.Level + "_policy")
+		}
+	}
+	return Cause(d.Reason)
+}
 
 // pass is one run of the pipeline. It lives on the caller's stack: the
 // stages are dispatched by a switch, not through function values, so that
@@ -152,6 +188,10 @@ type pass struct {
 	// snapshot current when it answered.
 	approved    *Decision
 	mode, level string
+	// modeExempt: an `allow` request rule (SPEC §3.10) matched, which
+	// exempts the request from the limited-mode method and Upgrade guard.
+	// The request-rule stage (before mode_guard) sets it; nothing else may.
+	modeExempt bool
 }
 
 // Run is the pipeline: every decision of netproxy is one of its presets.
@@ -217,6 +257,8 @@ func (p *pass) stage(ctx context.Context, st Stage, live *Decision) stageResult 
 		return next(p.resolve(ctx, live))
 	case StageAddressScopes:
 		return next(scopeAddrBlock(&p.d, p.d.Addrs, p.scopes))
+	case StageOwnListener:
+		return next(p.ownListener())
 	case StageDecider:
 		return p.decide(ctx, live)
 	case StageRequests:
@@ -225,6 +267,7 @@ func (p *pass) stage(ctx context.Context, st Stage, live *Decision) stageResult 
 		p.modeGuard()
 		return stageNext
 	case StageAdmission:
+		p.tlsName()
 		if p.o.Admit != nil && p.d.Allowed() {
 			p.d = p.o.Admit.Admit(p.req, p.d)
 		}
@@ -288,7 +331,7 @@ func (p *pass) resolve(ctx context.Context, live *Decision) bool {
 // pinned address proves nothing about where it went: fail closed.
 func (p *pass) judgePinned(addrs []netip.Addr) bool {
 	if len(addrs) == 0 && !p.s.allowLocalBinding && !p.d.LocalLiteral && p.d.Host != "" && !p.t.isIP {
-		p.d.Verdict, p.d.Reason, p.d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
+		p.d.Verdict, p.d.Reason, p.d.Source, p.d.Cause = Deny, ReasonNotAllowedLocal, SourceBaseline, CauseNoPinnedAddress
 		p.d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "no pinned address"})
 		return true
 	}
@@ -304,13 +347,13 @@ func (p *pass) judgePinned(addrs []netip.Addr) bool {
 // judgeAddrs checks addresses the pipeline did not resolve itself.
 func (p *pass) judgeAddrs(addrs []netip.Addr) bool {
 	if a, entry, ok := p.s.deny.matchAnyAddr(addrs, p.t.port); ok {
-		p.d.Verdict, p.d.Reason, p.d.Source, p.d.Pattern = Deny, ReasonDenied, SourceBaseline, entry
+		p.d.Verdict, p.d.Reason, p.d.Source, p.d.Pattern, p.d.Cause = Deny, ReasonDenied, SourceBaseline, entry, CauseDenyList
 		p.d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "pinned address " + a.String() + " in " + entry})
 		return true
 	}
 	if !p.s.allowLocalBinding && !p.d.LocalLiteral {
 		if a, bad := p.s.firstLocal(addrs, p.t.port); bad {
-			p.d.Verdict, p.d.Reason, p.d.Source = Deny, ReasonNotAllowedLocal, SourceBaseline
+			p.d.Verdict, p.d.Reason, p.d.Source, p.d.Cause = Deny, ReasonNotAllowedLocal, SourceBaseline, CauseNonPublicAnswer
 			p.d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "pinned address " + a.String() + " is non-public"})
 			return true
 		}
@@ -366,7 +409,7 @@ func (p *pass) decide(ctx context.Context, live *Decision) stageResult {
 	if out.Verdict != Allow {
 		d := &p.d
 		d.ApprovalID, d.Override, d.Rationale = out.ApprovalID, out.Override, out.Rationale
-		d.Source, d.Verdict, d.Reason = SourceDecider, Deny, out.Reason
+		d.Source, d.Verdict, d.Reason, d.Cause = SourceDecider, Deny, out.Reason, CauseReviewer
 		if out.Verdict == Ask {
 			d.Verdict = Ask
 		}
@@ -397,16 +440,67 @@ func (p *pass) predictDecider(live *Decision) {
 	p.d.Verdict, p.d.Source = Ask, SourceDecider
 }
 
+// ownListener refuses an allowed target that is one of netproxy's own
+// listen addresses, whatever allowed it (allow_local_binding, an
+// allow-listed 127.0.0.1): the decision's addresses, or the literal
+// itself when the local guard was skipped. Offline (replay, shadow) it
+// judges the candidate's listen addresses, as serve judges its own.
+func (p *pass) ownListener() bool {
+	if !p.d.Allowed() || p.s.self == nil {
+		return false
+	}
+	addrs := p.d.Addrs
+	if len(addrs) == 0 && p.t.isIP {
+		addrs = []netip.Addr{p.t.addr}
+	}
+	if !p.s.self.ContainsAny(addrs, p.t.port) {
+		return false
+	}
+	p.d.Verdict, p.d.Reason, p.d.Source, p.d.Cause = Deny, ReasonNotAllowedLocal, SourceBaseline, CauseOwnListener
+	p.d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "netproxy's own listen address"})
+	return true
+}
+
+// tlsName marks an allowed opaque tunnel to a name for the TLS-name check
+// (SPEC §3.11): CONNECT or SOCKS5, not an IP literal, with
+// network.check_tls_name. The data path peeks its first client bytes
+// unless admission intercepts it (interception sees the name itself).
+func (p *pass) tlsName() {
+	if !p.d.Allowed() || !p.s.checkTLSName || p.t.isIP || p.d.Intercept || p.o.Inner {
+		return
+	}
+	switch {
+	case p.req.Protocol == ProtoSOCKS5:
+	case p.req.Protocol == ProtoHTTPS && strings.EqualFold(p.req.Method, methodConnect):
+	default:
+		return
+	}
+	p.d.CheckTLSName = true
+}
+
+// upgradeRefused is the limited-mode answer to a request carrying Upgrade.
+func upgradeRefused(d Decision) Decision {
+	d.Verdict, d.Reason, d.Source, d.Cause = Deny, ReasonMethodNotAllowed, SourceModeGuard, CauseUpgrade
+	d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: Upgrade"})
+	return d
+}
+
 // modeGuard applies the mode under the narrowest scope: an outer request's
 // protocol and method (a limited-mode CONNECT may pass to interception),
 // an inner request's method. A re-check has no method to judge.
 func (p *pass) modeGuard() {
-	if p.o.Resolve == ResolvePinned || !p.d.Allowed() {
+	if p.o.Resolve == ResolvePinned || !p.d.Allowed() || p.modeExempt {
 		return
 	}
 	if p.d.RuleAllowed && p.mode != ModeFull && p.mode != "" {
-		// An allow request rule is the mode guard's one exception (SPEC §3.8).
+		// An allow request rule is the mode guard's one exception (SPEC
+		// §3.8), for the method and for an Upgrade alike.
 		p.d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: request rule exception"})
+		return
+	}
+	if p.req.Upgrade && p.mode != ModeFull && p.mode != "" {
+		// A 101 turns the request into an unchecked two-way channel.
+		p.d = withLevel(upgradeRefused(p.d), p.level)
 		return
 	}
 	if p.o.Inner {

@@ -27,11 +27,15 @@ type Snapshot struct {
 	// value is off: a Snapshot not built by Build blocks everything.
 	enabled bool
 	mitm    bool
+	// checkTLSName is network.check_tls_name (SPEC §3.11).
+	checkTLSName bool
 	// static are the [dns.hosts] answers (local, readable at any step);
 	// dns is asked only for a name the allow list or a reviewer allowed.
 	static map[string][]netip.Addr
 	dns    Resolver
 	listen []string
+	// self are the listen addresses the own_listener stage refuses.
+	self   *SelfAddrs
 	amends *amendments
 	// requests are the request rules (SPEC §3.10); nil when none.
 	requests *requestRules

@@ -27,6 +27,19 @@ var ErrNoAddresses = errors.New("name resolved to no address")
 
 var errNoResolver = errors.New("no resolver configured")
 
+// ErrDNSTimeout: no answer within dns.timeout (cause dns_timeout).
+var ErrDNSTimeout = errors.New("no answer within dns.timeout")
+
+// lookupCause types a failed lookup: a timeout, or any other error answer
+// (SERVFAIL, NXDOMAIN, no address, no resolver).
+func lookupCause(err error) Cause {
+	var de *net.DNSError
+	if errors.Is(err, ErrDNSTimeout) || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &de) && de.IsTimeout) {
+		return CauseDNSTimeout
+	}
+	return CauseDNSError
+}
+
 type staticThenSystem struct {
 	static  map[string][]netip.Addr
 	timeout time.Duration
@@ -102,7 +115,7 @@ func (r *staticThenSystem) LookupNetIP(ctx context.Context, host string) ([]neti
 	addrs, err := r.system.LookupNetIP(ctx, "ip", name)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, fmt.Errorf("lookup %s: timed out after %s", host, r.timeout)
+			return nil, fmt.Errorf("lookup %s: %w (%s)", host, ErrDNSTimeout, r.timeout)
 		}
 		return nil, err
 	}

@@ -85,7 +85,7 @@ type Metrics struct {
 var (
 	protocolValues    = set("http", "https", "socks5-tcp")
 	decisionValues    = set("allow", "deny", "ask")
-	reasonValues      = set("denied", "not_allowed", "not_allowed_local", "method_not_allowed", "mitm_required", "mitm_hook_denied", "proxy_disabled", "attribution_rejected", "policy_denied", "proxy_loop", "approvals_overloaded", "approvals_unavailable", "credential_misuse", "budget_exceeded")
+	reasonValues      = set("denied", "not_allowed", "not_allowed_local", "method_not_allowed", "mitm_required", "mitm_hook_denied", "proxy_disabled", "attribution_rejected", "policy_denied", "proxy_loop", "approvals_overloaded", "approvals_unavailable", "credential_misuse", "budget_exceeded", "sni_mismatch", "request_denied")
 	sourceValues      = set("baseline_policy", "decider", "mode_guard", "proxy_state")
 	approvalKinds     = set("network", "exec")
 	reviewerValues    = set("user", "guardian", "hook", "cache", "policy")

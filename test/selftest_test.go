@@ -17,12 +17,6 @@ import (
 	"github.com/netproxy/netproxy/sandbox/selftest"
 )
 
-// selftestKnownOpen are the probes a run given --probe-host may see
-// escape: SNI fronting (tls.sni-fronting) is SPEC §3.11, issue 24, not
-// fixed yet. The must-pass runs give no --probe-host, so it is skipped
-// there, and every other probe must hold.
-var selftestKnownOpen = map[string]bool{"tls.sni-fronting": true}
-
 // selftestHome makes a HOME, a NETPROXY_HOME and a --deny-read folder with
 // secrets, outside /tmp
 // (the namespaces tier's private /tmp would hide them for another reason),
@@ -96,8 +90,8 @@ func TestSelftest(t *testing.T) {
 		tier, network string
 		u             escUser
 		json          bool
-		// probeHost runs the SNI fronting probe too, and tolerates
-		// exactly that probe escaping (selftestKnownOpen).
+		// probeHost runs the SNI fronting probe too (SPEC §3.11): it
+		// must hold like every other probe.
 		probeHost bool
 	}
 	var runs []run
@@ -165,25 +159,17 @@ func TestSelftest(t *testing.T) {
 					t.Fatalf("header names another run:\n%s", out.String())
 				}
 			}
-			anyOpen := false
 			for _, n := range selftest.Names {
 				res := got[n]
 				switch {
 				case res.Result == selftest.Held:
 				case res.Result == selftest.Skipped && !mustRun(n, r.network, r.u, r.probeHost):
-				case res.Result == selftest.Escaped && r.probeHost && selftestKnownOpen[n]:
-					anyOpen = true
-					t.Logf("known open (SPEC §3.11, issue 24): %s ESCAPED %s", n, res.Evidence)
 				default:
 					t.Errorf("%s: %s %s", n, res.Result, res.Evidence)
 				}
 			}
-			want := selftest.ExitAllHeld
-			if anyOpen {
-				want = selftest.ExitEscaped
-			}
-			if code != want {
-				t.Errorf("exit %d, want %d\nstderr: %s", code, want, errb.String())
+			if code != selftest.ExitAllHeld {
+				t.Errorf("exit %d, want %d\nstderr: %s", code, selftest.ExitAllHeld, errb.String())
 			}
 			// Nothing a probe planted stays on the host.
 			for _, g := range []string{"/etc/execwrap-selftest-*", filepath.Join(home, "execwrap-selftest-*"), filepath.Join(dir, "execwrap-selftest-*"), filepath.Join(dir, ".git", "*", "execwrap-selftest-*")} {

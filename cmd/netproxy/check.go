@@ -38,6 +38,9 @@ type checkOutput struct {
 	Reason   string `json:"reason"`
 	Source   string `json:"source"`
 	Pattern  string `json:"pattern"`
+	// Cause is a block's finer cause (SPEC §3.7: dns_error, dns_timeout,
+	// non_public_answer, …); "" when allowed.
+	Cause string `json:"cause"`
 	// Level is the narrower policy that blocked the request
 	// ("execution" with --execution-policy); "" otherwise.
 	Level string `json:"level"`
@@ -179,7 +182,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	out := checkOutput{
 		Host: d.Host, Port: d.Port, Protocol: string(req.Protocol), Decision: string(d.Verdict),
 		Reason: string(d.Reason), Source: string(d.Source), Pattern: d.Pattern,
-		Level: d.Level, Notes: notes, Resolved: []string{}, Steps: d.Steps,
+		Cause: blockCause(d), Level: d.Level, Notes: notes, Resolved: []string{}, Steps: d.Steps,
 	}
 	if out.Steps == nil {
 		out.Steps = []hostpolicy.Step{}
@@ -347,4 +350,12 @@ func reorderFlags(args []string, takesValue map[string]bool) []string {
 		pos = append(pos, a)
 	}
 	return append(append(flags, "--"), pos...)
+}
+
+// blockCause is d's cause when blocked, "" when allowed.
+func blockCause(d hostpolicy.Decision) string {
+	if d.Allowed() {
+		return ""
+	}
+	return string(d.BlockCause())
 }

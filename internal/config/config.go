@@ -54,11 +54,14 @@ type Network struct {
 	// Enabled is the operator's kill switch: when false every request is
 	// blocked with proxy_disabled (source proxy_state) while the listeners
 	// stay bound, so a reload can turn egress off and on again.
-	Enabled           bool              `toml:"enabled"`
-	Mode              string            `toml:"mode"` // "full" | "limited"
-	AllowLocalBinding bool              `toml:"allow_local_binding"`
-	Domains           map[string]string `toml:"domains"` // pattern → "allow" | "deny"
-	DomainFiles       []DomainFile      `toml:"domain_files"`
+	Enabled           bool   `toml:"enabled"`
+	Mode              string `toml:"mode"` // "full" | "limited"
+	AllowLocalBinding bool   `toml:"allow_local_binding"`
+	// CheckTLSName: an opaque tunnel to a name must carry no SNI or its
+	// own (SPEC §3.11).
+	CheckTLSName bool              `toml:"check_tls_name"`
+	Domains      map[string]string `toml:"domains"` // pattern → "allow" | "deny"
+	DomainFiles  []DomainFile      `toml:"domain_files"`
 	// Requests are the request rules (SPEC §3.10), in file order: their
 	// index is the "rule" a block reports.
 	Requests []RequestRule `toml:"requests"`

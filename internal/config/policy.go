@@ -22,6 +22,7 @@ func PolicyOptions(c *Config) (hostpolicy.Options, error) {
 		Mode:              c.Network.Mode,
 		AllowLocalBinding: c.Network.AllowLocalBinding,
 		MITM:              c.MITM.Enabled,
+		CheckTLSName:      c.Network.CheckTLSName,
 		Listen:            []string{c.Listen.HTTP, c.Listen.SOCKS5, c.Listen.Admin},
 		DNS: hostpolicy.DNSOptions{
 			Timeout: c.DNS.Timeout.Duration,

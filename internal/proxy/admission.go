@@ -18,10 +18,11 @@ type admissionStage string
 const (
 	admitCredentials  admissionStage = "credential_interception"
 	admitInterception admissionStage = "mitm"
-	admitOwnListeners admissionStage = "own_listeners"
 )
 
-var admission = [...]admissionStage{admitCredentials, admitInterception, admitOwnListeners}
+// (netproxy's own listeners are the pipeline's own_listener stage, so that
+// replay judges them too; the dialer refuses the bound addresses at dial.)
+var admission = [...]admissionStage{admitCredentials, admitInterception}
 
 // Admit is hostpolicy.Admitter: the admission stages over an allowed
 // decision.
@@ -35,8 +36,6 @@ func (c *Core) Admit(req hostpolicy.Request, d hostpolicy.Decision) hostpolicy.D
 			c.admitCredential(req, &d)
 		case admitInterception:
 			c.admitMITM(&d)
-		case admitOwnListeners:
-			c.admitOwnListener(&d)
 		default:
 			panic("proxy: admission stage " + string(st) + " has no function")
 		}
@@ -75,15 +74,4 @@ func (c *Core) admitMITM(d *hostpolicy.Decision) {
 	d.Verdict, d.Reason, d.Source, d.Intercept = hostpolicy.Deny, hostpolicy.ReasonMITMRequired, hostpolicy.SourceModeGuard, false
 	d.Cause = hostpolicy.CauseNoInterceptor
 	d.Steps = append(d.Steps, hostpolicy.Step{Step: hostpolicy.StepMode, Result: hostpolicy.ResultBlock, Detail: "limited: no interceptor"})
-}
-
-// admitOwnListener: SPEC §3.5, never dial a listener of this process,
-// whatever allowed it (allow_local_binding, an allow-listed 127.0.0.1).
-func (c *Core) admitOwnListener(d *hostpolicy.Decision) {
-	if c.Dialer == nil || !c.Dialer.Self().ContainsAny(d.Addrs, d.Port) {
-		return
-	}
-	d.Verdict, d.Reason, d.Source = hostpolicy.Deny, hostpolicy.ReasonNotAllowedLocal, hostpolicy.SourceBaseline
-	d.Cause = hostpolicy.CauseOwnListener
-	d.Steps = append(d.Steps, hostpolicy.Step{Step: hostpolicy.StepLocalGuard, Result: hostpolicy.ResultBlock, Detail: "netproxy's own listen address"})
 }

@@ -35,6 +35,7 @@ type blockedBody struct {
 	Source   string `json:"source"`
 	Protocol string `json:"protocol"`
 	Message  string `json:"message"`
+	Cause    string `json:"cause"`
 	// Rule is the index of the request rule that decided (SPEC §3.10).
 	Rule *int `json:"rule,omitempty"`
 }
@@ -59,7 +60,7 @@ func blockAnswer(d hostpolicy.Decision, proto hostpolicy.Protocol, asJSON bool) 
 	}
 	b := blockedBody{
 		Status: "blocked", Host: d.Host, Port: d.Port, Reason: string(d.Reason), Decision: verdict,
-		Source: string(d.Source), Protocol: string(proto), Message: d.Message(),
+		Source: string(d.Source), Protocol: string(proto), Message: d.Message(), Cause: string(d.BlockCause()),
 	}
 	if i, ok := d.RuleIndex(); ok {
 		b.Rule = &i

@@ -282,6 +282,7 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 	gen := c.generation()
 	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method)
 	hreq.Path = requestPath(req)
+	hreq.Upgrade = carriesUpgrade(req.Header)
 	d := h.core.decide(pc.ctx, c, hreq)
 	if !d.Allowed() {
 		if !body {

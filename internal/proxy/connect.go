@@ -79,6 +79,7 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 		Protocol: hostpolicy.ProtoHTTPS, Meter: h.core.Meter, Owner: c, Parker: h.core.Parker,
 		budget: h.core.tunnelBudget(c),
 	}
+	t.TLSName, t.OnTLSMismatch = h.core.tlsNameCheck(c, d, hostpolicy.ProtoHTTPS, http.MethodConnect)
 	// The handler goroutine (with its larger stack) ends here; the tunnel
 	// runs on fresh goroutines.
 	t.Start(&h.wg)

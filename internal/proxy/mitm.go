@@ -80,6 +80,7 @@ func (c *Core) mitmTunnel(conn *Conn, client net.Conn, d hostpolicy.Decision, pr
 			if !credOnly {
 				ireq := c.request(conn, host, port, hostpolicy.ProtoHTTPS, req.Method)
 				ireq.Path = requestPath(req)
+				ireq.Upgrade = carriesUpgrade(req.Header)
 				if id := c.decideInner(ictx, conn, ireq, granted); !id.Allowed() {
 					return blockedJSONResponse(req, id)
 				}

@@ -20,8 +20,9 @@ import (
 
 func TestSelfAddrs(t *testing.T) {
 	tcp := func(s string) net.Addr { return net.TCPAddrFromAddrPort(netip.MustParseAddrPort(s)) }
-	s := NewSelfAddrs(tcp("127.0.0.1:3128"), tcp("0.0.0.0:1080"), tcp("[::]:9000"))
-	s.local = func() []netip.Addr { return []netip.Addr{netip.MustParseAddr("192.0.2.10")} }
+	_ = tcp
+	s := hostpolicy.NewSelfAddrs(func() []netip.Addr { return []netip.Addr{netip.MustParseAddr("192.0.2.10")} },
+		netip.MustParseAddrPort("127.0.0.1:3128"), netip.MustParseAddrPort("0.0.0.0:1080"), netip.MustParseAddrPort("[::]:9000"))
 	cases := []struct {
 		addr string
 		port uint16

@@ -18,102 +18,18 @@ import (
 // (SPEC §3.5: netproxy never dials itself).
 var ErrSelf = errors.New("refusing to dial netproxy's own listener")
 
-// SelfAddrs are the addresses netproxy listens on (the HTTP, SOCKS5 and
-// admin listeners). A target that is one of them is never dialed, whatever
-// allow_local_binding or an allow-listed local literal says: a connection
-// to its own listener escapes attribution and can loop until descriptors
-// run out. A wildcard bind (0.0.0.0, ::) counts as every local address.
-// It is immutable once built.
-type SelfAddrs struct {
-	exact    map[netip.AddrPort]struct{}
-	wildcard map[uint16]struct{} // ports bound on 0.0.0.0 or ::
-	ports    map[uint16]struct{} // every bound port
-	// local lists the host's interface addresses (for wildcard binds);
-	// nil means net.InterfaceAddrs.
-	local func() []netip.Addr
-}
+// SelfAddrs are the addresses netproxy listens on (hostpolicy.SelfAddrs).
+type SelfAddrs = hostpolicy.SelfAddrs
 
 // NewSelfAddrs builds the set from the bound listener addresses.
 func NewSelfAddrs(addrs ...net.Addr) *SelfAddrs {
-	s := &SelfAddrs{exact: map[netip.AddrPort]struct{}{}, wildcard: map[uint16]struct{}{}, ports: map[uint16]struct{}{}}
+	aps := make([]netip.AddrPort, 0, len(addrs))
 	for _, a := range addrs {
-		ta, ok := a.(*net.TCPAddr)
-		if !ok || ta == nil {
-			continue
-		}
-		ap := ta.AddrPort()
-		ip := ap.Addr().Unmap().WithZone("")
-		port := ap.Port()
-		s.ports[port] = struct{}{}
-		if ip.IsUnspecified() {
-			s.wildcard[port] = struct{}{}
-			continue
-		}
-		s.exact[netip.AddrPortFrom(ip, port)] = struct{}{}
-	}
-	return s
-}
-
-// Contains reports whether dialing a:port would reach one of netproxy's
-// own listeners.
-func (s *SelfAddrs) Contains(a netip.Addr, port uint16) bool {
-	if s == nil {
-		return false
-	}
-	if _, ok := s.ports[port]; !ok {
-		return false // the common case: one map probe
-	}
-	a = a.Unmap().WithZone("")
-	if a.IsUnspecified() {
-		return true // connecting to 0.0.0.0 / :: reaches this host
-	}
-	if _, ok := s.exact[netip.AddrPortFrom(a, port)]; ok {
-		return true
-	}
-	if _, ok := s.wildcard[port]; !ok {
-		return false
-	}
-	if a.IsLoopback() {
-		return true
-	}
-	for _, l := range s.localAddrs() {
-		if l == a {
-			return true
+		if ta, ok := a.(*net.TCPAddr); ok && ta != nil {
+			aps = append(aps, ta.AddrPort())
 		}
 	}
-	return false
-}
-
-// ContainsAny reports whether any of addrs on port is a listener of ours.
-func (s *SelfAddrs) ContainsAny(addrs []netip.Addr, port uint16) bool {
-	if s == nil {
-		return false
-	}
-	for _, a := range addrs {
-		if s.Contains(a, port) {
-			return true
-		}
-	}
-	return false
-}
-
-func (s *SelfAddrs) localAddrs() []netip.Addr {
-	if s.local != nil {
-		return s.local()
-	}
-	ifs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil
-	}
-	out := make([]netip.Addr, 0, len(ifs))
-	for _, ia := range ifs {
-		if pn, ok := ia.(*net.IPNet); ok {
-			if a, ok := netip.AddrFromSlice(pn.IP); ok {
-				out = append(out, a.Unmap())
-			}
-		}
-	}
-	return out
+	return hostpolicy.NewSelfAddrs(nil, aps...)
 }
 
 // NewInstanceID returns a random per-process id for the Via token.

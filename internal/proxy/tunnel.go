@@ -45,6 +45,13 @@ type Tunnel struct {
 	// stay open for as long as the upstream likes). 0: each direction
 	// runs to its own end (CONNECT tunnels keep half-close semantics).
 	HalfCloseGrace time.Duration
+	// TLSName, when set, is the tunnel's host: its first client bytes, if
+	// a TLS ClientHello, must name no host or this one, or the tunnel is
+	// closed before a byte goes upstream (tunnelname.go, SPEC §3.11).
+	TLSName string
+	// OnTLSMismatch reports a tunnel closed by the TLS-name check (the SNI
+	// it carried; "" for a malformed or oversized ClientHello).
+	OnTLSMismatch func(sni string)
 
 	last     atomic.Int64 // unix nanos of the last byte moved
 	live     atomic.Int32 // directions not yet ended
@@ -86,7 +93,12 @@ func (t *Tunnel) Start(wg *sync.WaitGroup) {
 		// Both directions start parked: one with bytes already queued is
 		// resumed at once (epoll reports a ready socket when it is added),
 		// and a tunnel that carries nothing never takes a goroutine.
-		t.Parker.park(t, dirUp, t.Client)
+		if t.TLSName != "" && len(t.Early) > 0 {
+			// The ClientHello came with the request: check it now.
+			go t.runDir(dirUp)
+		} else {
+			t.Parker.park(t, dirUp, t.Client)
+		}
 		t.Parker.park(t, dirDown, t.Upstream)
 		return
 	}
@@ -115,7 +127,7 @@ func (t *Tunnel) prepare() bool {
 			return false // closed before the hook was in place
 		}
 	}
-	if len(t.Early) > 0 {
+	if len(t.Early) > 0 && t.TLSName == "" { // else checkTLSName sends them
 		n, err := t.Upstream.Write(t.Early)
 		t.Meter.Bytes("up", string(t.Protocol), int64(n))
 		t.budget.count(dirUp, int64(n))
@@ -215,6 +227,11 @@ func (t *Tunnel) resume(dir int) {
 // error it closes both so the other direction stops too.
 func (t *Tunnel) runDir(dir int) {
 	dst, src := t.ends(dir)
+	if dir == dirUp && t.TLSName != "" && len(t.Early) > 0 && !t.checkTLSName() {
+		t.abort()
+		t.dirEnded()
+		return
+	}
 	for {
 		// Wait first: a direction that never carries data never takes a pipe.
 		avail, park, err := t.waitReadable(src)
@@ -223,6 +240,11 @@ func (t *Tunnel) runDir(dir int) {
 			return
 		}
 		if err != nil {
+			t.abort()
+			t.dirEnded()
+			return
+		}
+		if dir == dirUp && t.TLSName != "" && avail > 0 && !t.checkTLSName() {
 			t.abort()
 			t.dirEnded()
 			return

@@ -346,6 +346,14 @@ func upgradeType(h http.Header) string {
 	return h.Get("Upgrade")
 }
 
+// carriesUpgrade: the head has an Upgrade field at all (the mode guard's
+// hostpolicy.Request.Upgrade). Broader than upgradeType on purpose: limited
+// mode refuses any request that asks to switch protocols, however spelled.
+func carriesUpgrade(h http.Header) bool {
+	_, ok := h["Upgrade"]
+	return ok
+}
+
 // reqHeadExclude are the headers writeRequestHead writes itself (or never):
 // the same set http.Request.Write excludes.
 var reqHeadExclude = map[string]bool{"Host": true, "User-Agent": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
