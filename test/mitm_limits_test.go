@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -20,14 +19,14 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// startLimitedMITM starts a limited-mode proxy with interception and a
-// short header_timeout; it returns the proxy and the CA pool to trust.
-func startLimitedMITM(t *testing.T, up *Upstream) (*Proxy, *x509.CertPool) {
+// startLimitedMITM starts a limited-mode proxy with interception and the
+// given header_timeout; it returns the proxy and the CA pool to trust.
+func startLimitedMITM(t *testing.T, up *Upstream, headerTimeout string) (*Proxy, *x509.CertPool) {
 	t.Helper()
 	cfg := StdConfig()
 	cfg.Mode = "limited"
 	cfg.Extra = "[mitm]\nenabled = true\nca_cert = \"ca.pem\"\nca_key = \"ca-key.pem\"\nupstream_ca = \"upstream.pem\"\n\n" +
-		"[limits]\nheader_timeout = \"1s\"\nidle_timeout = \"5m\"\n"
+		"[limits]\nheader_timeout = \"" + headerTimeout + "\"\nidle_timeout = \"5m\"\n"
 	p := WriteProxyConfig(t, cfg)
 	writeMITMFiles(t, p.Dir, up)
 	p.Start(t)
@@ -83,7 +82,7 @@ func closedWithin(c net.Conn, d time.Duration) bool {
 // and the upstream 402 fields.
 func TestMITMHTTP2HeadLimits(t *testing.T) {
 	up := StartUpstream(t, true)
-	p, pool := startLimitedMITM(t, up)
+	p, pool := startLimitedMITM(t, up, "1s")
 	proxyURL, _ := url.Parse("http://" + p.HTTP)
 	for _, proto := range []string{"h2", "http/1.1"} {
 		tr := &http.Transport{Proxy: http.ProxyURL(proxyURL), TLSClientConfig: &tls.Config{RootCAs: pool, NextProtos: []string{proto}},
@@ -136,7 +135,7 @@ func TestMITMHTTP2HeadLimits(t *testing.T) {
 // stays open.
 func TestMITMInnerHeadTimeout(t *testing.T) {
 	up := StartUpstream(t, true)
-	p, pool := startLimitedMITM(t, up)
+	p, pool := startLimitedMITM(t, up, "1s")
 
 	t.Run("http1 unfinished head", func(t *testing.T) {
 		tc := mitmTLS(t, p, pool, "up.test", up.Port, "http/1.1")
@@ -182,7 +181,6 @@ func TestMITMInnerHeadTimeout(t *testing.T) {
 			t.Fatal("an idle HTTP/2 connection was closed before idle_timeout")
 		}
 	})
-	_ = binary.BigEndian
 }
 
 // rssKiB reads a process's resident set size.
@@ -211,15 +209,7 @@ func rssKiB(t *testing.T, pid int) int {
 // here so that only the size limit is measured.
 func TestMITMHTTP2UnfinishedBlocksAreBounded(t *testing.T) {
 	up := StartUpstream(t, true)
-	cfg := StdConfig()
-	cfg.Mode = "limited"
-	cfg.Extra = "[mitm]\nenabled = true\nca_cert = \"ca.pem\"\nca_key = \"ca-key.pem\"\nupstream_ca = \"upstream.pem\"\n\n[limits]\nheader_timeout = \"60s\"\n"
-	p := WriteProxyConfig(t, cfg)
-	writeMITMFiles(t, p.Dir, up)
-	p.Start(t)
-	pem, _ := os.ReadFile(filepath.Join(p.Dir, "ca.pem"))
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
+	p, pool := startLimitedMITM(t, up, "60s")
 	// Warm up: one intercepted connection, so the leaf and the TLS
 	// machinery are counted in the baseline.
 	warm := mitmTLS(t, p, pool, "up.test", up.Port, "h2")

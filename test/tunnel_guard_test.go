@@ -119,7 +119,7 @@ func TestLimitedModeRefusesUpgrade(t *testing.T) {
 	})
 	t.Run("intercepted", func(t *testing.T) {
 		up := startRawUpstream(t, true)
-		p, pool := startLimitedMITM(t, &Upstream{Port: up.Port, TLS: true})
+		p, pool := startLimitedMITM(t, &Upstream{Port: up.Port, TLS: true}, "1s")
 		tc := mitmTLS(t, p, pool, "up.test", up.Port, "http/1.1")
 		defer tc.Close()
 		host := fmt.Sprintf("up.test:%d", up.Port)
