@@ -8,7 +8,6 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,7 +15,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -856,12 +854,7 @@ func TestReloadDenyClosesMITMTunnel(t *testing.T) {
 	p := WriteProxyConfig(t, cfg)
 	writeMITMFiles(t, p.Dir, up)
 	p.Start(t)
-	caPEM, err := os.ReadFile(filepath.Join(p.Dir, "ca.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(caPEM)
+	roots := mitmRoots(t, p)
 
 	raw, err := net.DialTimeout("tcp", p.HTTP, 5*time.Second)
 	if err != nil {

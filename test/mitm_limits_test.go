@@ -30,13 +30,20 @@ func startLimitedMITM(t *testing.T, up *Upstream, headerTimeout string) (*Proxy,
 	p := WriteProxyConfig(t, cfg)
 	writeMITMFiles(t, p.Dir, up)
 	p.Start(t)
+	return p, mitmRoots(t, p)
+}
+
+// mitmRoots is a pool trusting the interception CA writeMITMFiles wrote
+// for p.
+func mitmRoots(t *testing.T, p *Proxy) *x509.CertPool {
+	t.Helper()
 	pem, err := os.ReadFile(filepath.Join(p.Dir, "ca.pem"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(pem)
-	return p, pool
+	return pool
 }
 
 // mitmTLS opens a CONNECT tunnel to host:port through p and a TLS client
