@@ -64,6 +64,7 @@ command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 [ -e /usr/include/stdio.h ] || need+=(libc6-dev)
 command -v setcap >/dev/null 2>&1 || need+=(libcap2-bin)
 [ -x /usr/bin/python3 ] || need+=(python3)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip) # request-rule tests: a real pip
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0
