@@ -151,6 +151,13 @@ func sameOrigin(r *http.Request) bool {
 	if origin == "" {
 		return true
 	}
+	if origin == "null" {
+		// The page's Referrer-Policy: no-referrer makes a browser send
+		// "Origin: null" on its own form POSTs; a sandboxed frame or a
+		// data: URL elsewhere sends it too, so only Sec-Fetch-Site
+		// same-origin admits it (a browser without it is refused).
+		return r.Header.Get("Sec-Fetch-Site") == "same-origin"
+	}
 	u, err := url.Parse(origin)
 	if err != nil || u.Host == "" {
 		return false

@@ -187,6 +187,23 @@ func TestLoginSetsSafeCookie(t *testing.T) {
 	if r.StatusCode != http.StatusForbidden || len(r.Cookies()) != 0 {
 		t.Fatalf("cross-origin form login: %d %v", r.StatusCode, r.Cookies())
 	}
+	// The page is served with Referrer-Policy: no-referrer, so a browser's
+	// form POST from it carries "Origin: null"; Sec-Fetch-Site then tells
+	// the page's own form from a sandboxed frame or a data: URL elsewhere.
+	form := withHeader("Content-Type", "application/x-www-form-urlencoded")
+	for _, tc := range []struct {
+		site string
+		want int
+	}{{"same-origin", http.StatusSeeOther}, {"cross-site", http.StatusForbidden}, {"same-site", http.StatusForbidden}, {"", http.StatusForbidden}} {
+		opts := []reqOpt{form, withHeader("Origin", "null")}
+		if tc.site != "" {
+			opts = append(opts, withHeader("Sec-Fetch-Site", tc.site))
+		}
+		r = s.do(t, "POST", "/login", "token="+testToken, opts...)
+		if r.StatusCode != tc.want {
+			t.Fatalf("form login with Origin: null, Sec-Fetch-Site %q: %d, want %d", tc.site, r.StatusCode, tc.want)
+		}
+	}
 }
 
 func TestCookieAuthAndCSRF(t *testing.T) {
