@@ -26,7 +26,7 @@ import (
 // started here with a bench configuration rendered into its own temporary
 // directory (removed at stop), and stopped with its whole process tree.
 
-//go:embed peers/squid.conf.tmpl peers/sockd.conf.tmpl
+//go:embed peers/squid.conf.tmpl peers/sockd.conf.tmpl peers/squid-bump.conf.tmpl
 var peerTemplates embed.FS
 
 // peerProc is one running peer (or helper) process and what the bench
@@ -129,6 +129,9 @@ func startProc(p *peerProc, addr string) error {
 // renderPeerConfig renders the embedded template name into dir.
 func renderPeerConfig(name, dir string, data any) (string, error) {
 	t, err := template.ParseFS(peerTemplates, "peers/"+name+".tmpl")
+	if t != nil {
+		t.Option("missingkey=error") // a key the bench forgot fails, not "<no value>"
+	}
 	if err != nil {
 		return "", err
 	}
@@ -241,9 +244,9 @@ allow_local_binding = false
 [network.domains]
 "up.test" = "allow"
 "127.0.0.1/32" = "allow"
-[dns.hosts]
+%s[dns.hosts]
 "up.test" = ["127.0.0.1"]
-[approvals]
+%s[approvals]
 enabled = false
 [audit]
 path = %q
@@ -251,13 +254,27 @@ path = %q
 max_connections = 20000
 [log]
 level = "warn"
-`
+%s`
+
+// netproxyExtra is what a part of the bench adds to netproxy's peer
+// configuration: allow-list lines, [dns.hosts] lines, sections at the end,
+// and files next to the configuration.
+type netproxyExtra struct {
+	domains, hosts, tail string
+	files                map[string][]byte
+}
 
 // startNetproxyPeer writes the bench configuration, checks with
 // `netproxy check` that the bench's requests are allowed with the guard
 // on (and that the guard still blocks another loopback address), and
 // starts `netproxy serve`.
 func startNetproxyPeer(bin string, originPort int) (*peerProc, error) {
+	return startNetproxyPeerWith(bin, originPort, netproxyExtra{})
+}
+
+// startNetproxyPeerWith is startNetproxyPeer with ex added to the
+// configuration.
+func startNetproxyPeerWith(bin string, originPort int, ex netproxyExtra) (*peerProc, error) {
 	dir, err := os.MkdirTemp("", "bench-netproxy")
 	if err != nil {
 		return nil, err
@@ -269,7 +286,10 @@ func startNetproxyPeer(bin string, originPort int) (*peerProc, error) {
 			return fail(err)
 		}
 	}
-	cfg := fmt.Sprintf(netproxyPeerConfig, addrs[0], addrs[1], addrs[2], filepath.Join(dir, "control.sock"), filepath.Join(dir, "audit.jsonl"))
+	cfg := fmt.Sprintf(netproxyPeerConfig, addrs[0], addrs[1], addrs[2], filepath.Join(dir, "control.sock"), ex.domains, ex.hosts, filepath.Join(dir, "audit.jsonl"), ex.tail)
+	if err := writeFiles(dir, ex.files); err != nil {
+		return fail(err)
+	}
 	path := filepath.Join(dir, "netproxy.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return fail(err)
