@@ -831,32 +831,9 @@ func (ib *interceptBench) printInterceptTable() int {
 		"(idle: one run of %d connections on a fresh instance; handshakes: each round the median of %d). In brackets: the ratio to the opaque tunnel "+
 		"(opaque tunnel: to direct). Pinning: proxy alone on CPU 1, client and origin on CPU 0; latency row: all on CPU 0. Runs of %s.\n\n",
 		ib.o.rounds, ib.o.intercepts, handshakesPerRound, ib.o.dur)
-	fmt.Printf("| measure |")
-	for _, n := range icNames {
-		fmt.Printf(" %s |", n)
-	}
-	fmt.Printf("\n|---|")
-	for range icNames {
-		fmt.Printf("---:|")
-	}
-	fmt.Println()
-	failed := 0
-	for r := 0; r < nIRows; r++ {
-		name := irNames[r]
-		if r == irKeepAlive {
-			name = fmt.Sprintf(name, ib.o.conns)
-		}
-		fmt.Printf("| %s |", name)
-		for col := 0; col < nICols; col++ {
-			s, bad := ib.cellText(r, col)
-			if bad {
-				failed++
-			}
-			fmt.Printf(" %s |", s)
-		}
-		fmt.Println()
-	}
-	fmt.Println()
+	rows := slices.Clone(irNames[:])
+	rows[irKeepAlive] = fmt.Sprintf(rows[irKeepAlive], ib.o.conns)
+	failed := printMarkdownTable(icNames[:], rows, ib.cellText)
 	var notes []string
 	for r := 0; r < nIRows; r++ {
 		for col := 0; col < nICols; col++ {
@@ -864,18 +841,7 @@ func (ib *interceptBench) printInterceptTable() int {
 			if len(c.notes) == 0 && len(c.opens) == 0 && c.failed == "" {
 				continue
 			}
-			ns := dedupe(c.notes)
-			if len(c.opens) > 0 {
-				lo, hi := fmt.Sprintf("%.1f", slices.Min(c.opens)), fmt.Sprintf("%.1f", slices.Max(c.opens))
-				if lo != hi {
-					lo += "–" + hi
-				}
-				ns = append(ns, lo+" connections accepted by the origin per 1 000 requests")
-			}
-			text := strings.Join(ns, "; ")
-			if c.failed != "" {
-				text = "FAILED: " + c.failed + maybe("; ", text)
-			}
+			text := c.noteText("%.1f", " connections accepted by the origin per 1 000 requests")
 			notes = append(notes, fmt.Sprintf("- %s, %s: %s", shortIRow(r), icNames[col], text))
 		}
 	}

@@ -142,20 +142,13 @@ func startSquidBump(bin string, fds int, ca *benchCA, originCA []byte, hosts map
 	if !squidHasOpenSSL(bin) {
 		return nil, fmt.Errorf("%s is built without OpenSSL: ssl-bump needs Debian's squid-openssl (scripts/install-test-deps.sh --bench-peers)", bin)
 	}
-	dir, err := os.MkdirTemp("", "bench-squid-bump")
+	dir, err := newSquidDir("bench-squid-bump", hosts)
 	if err != nil {
 		return nil, err
 	}
 	p := &peerProc{name: "squid-bump", dir: dir, logs: []string{filepath.Join(dir, "cache.log")}}
 	fail := func(err error) (*peerProc, error) { os.RemoveAll(dir); return nil, err }
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return fail(err)
-	}
-	var hostsFile strings.Builder
-	for name, ip := range hosts {
-		fmt.Fprintf(&hostsFile, "%s %s\n", ip, name)
-	}
-	if err := writeFiles(dir, map[string][]byte{"ca.pem": ca.certPEM, "ca-key.pem": ca.keyPEM, "origin-ca.pem": originCA, "hosts": []byte(hostsFile.String())}); err != nil {
+	if err := writeFiles(dir, map[string][]byte{"ca.pem": ca.certPEM, "ca-key.pem": ca.keyPEM, "origin-ca.pem": originCA}); err != nil {
 		return fail(err)
 	}
 	if out, err := exec.Command(squidCertgen, "-c", "-s", filepath.Join(dir, "ssl_db"), "-M", "16MB").CombinedOutput(); err != nil {
@@ -165,16 +158,7 @@ func startSquidBump(bin string, fds int, ca *benchCA, originCA []byte, hosts map
 	if err != nil {
 		return fail(err)
 	}
-	conf, err := renderPeerConfig("squid-bump.conf", dir, map[string]any{"Dir": dir, "Port": port, "FDs": fds, "Certgen": squidCertgen})
-	if err != nil {
-		return fail(err)
-	}
-	if err := chownProxy(dir); err != nil {
-		return fail(err)
-	}
-	p.httpAddr = fmt.Sprintf("127.0.0.1:%d", port)
-	p.cmd = exec.Command(bin, "-N", "-f", conf)
-	if err := startProc(p, p.httpAddr); err != nil {
+	if err := runSquid(p, bin, "squid-bump.conf", port, map[string]any{"Dir": dir, "Port": port, "FDs": fds, "Certgen": squidCertgen}); err != nil {
 		return fail(err)
 	}
 	return p, nil

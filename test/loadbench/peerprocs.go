@@ -147,45 +147,56 @@ func renderPeerConfig(name, dir string, data any) (string, error) {
 // test/loadbench/peers/squid.conf.tmpl. Run as root, Squid drops to the
 // Debian `proxy` user, which then owns the directory.
 func startSquid(bin string, fds int) (*peerProc, error) {
-	dir, err := os.MkdirTemp("", "bench-squid")
+	dir, err := newSquidDir("bench-squid", benchHosts)
 	if err != nil {
 		return nil, err
 	}
 	p := &peerProc{name: "squid", dir: dir, logs: []string{filepath.Join(dir, "cache.log")}}
 	fail := func(err error) (*peerProc, error) { os.RemoveAll(dir); return nil, err }
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return fail(err)
-	}
-	if os.Geteuid() == 0 {
-		if u, err := user.Lookup("proxy"); err == nil {
-			uid, _ := strconv.Atoi(u.Uid)
-			gid, _ := strconv.Atoi(u.Gid)
-			if err := os.Chown(dir, uid, gid); err != nil {
-				return fail(err)
-			}
-		}
-	}
 	port, err := freePort()
 	if err != nil {
 		return fail(err)
 	}
-	var hosts strings.Builder
-	for name, ip := range benchHosts {
-		fmt.Fprintf(&hosts, "%s %s\n", ip, name)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "hosts"), []byte(hosts.String()), 0o644); err != nil {
-		return fail(err)
-	}
-	conf, err := renderPeerConfig("squid.conf", dir, map[string]any{"Dir": dir, "Port": port, "FDs": fds})
-	if err != nil {
-		return fail(err)
-	}
-	p.httpAddr = fmt.Sprintf("127.0.0.1:%d", port)
-	p.cmd = exec.Command(bin, "-N", "-f", conf)
-	if err := startProc(p, p.httpAddr); err != nil {
+	if err := runSquid(p, bin, "squid.conf", port, map[string]any{"Dir": dir, "Port": port, "FDs": fds}); err != nil {
 		return fail(err)
 	}
 	return p, nil
+}
+
+// runSquid renders the template conf into p.dir, gives the directory to
+// Squid's user and starts Squid in the foreground on port.
+func runSquid(p *peerProc, bin, conf string, port int, data map[string]any) error {
+	path, err := renderPeerConfig(conf, p.dir, data)
+	if err != nil {
+		return err
+	}
+	if err := chownProxy(p.dir); err != nil {
+		return err
+	}
+	p.httpAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	p.cmd = exec.Command(bin, "-N", "-f", path)
+	return startProc(p, p.httpAddr)
+}
+
+// newSquidDir makes a Squid instance's temporary directory with its
+// hosts_file (hosts: name → address).
+func newSquidDir(prefix string, hosts map[string]string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for name, ip := range hosts {
+		fmt.Fprintf(&b, "%s %s\n", ip, name)
+	}
+	if err := os.Chmod(dir, 0o755); err == nil {
+		err = os.WriteFile(filepath.Join(dir, "hosts"), []byte(b.String()), 0o644)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
 }
 
 // startDante starts Dante's danted in the foreground with

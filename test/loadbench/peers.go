@@ -907,31 +907,15 @@ func (b *peerBench) printTable() int {
 		"in brackets the ratio to direct / to the bare relay.\n", b.o.rounds, b.o.tunnels)
 	fmt.Printf("Pinning: proxy alone on CPU 1, wrk / receiver and origin on CPU 0; latency row: all on CPU 0. "+
 		"wrk runs of %s; tunnels of %d MiB.\n\n", b.o.dur, b.o.size>>20)
-	fmt.Printf("| measure |")
-	for _, n := range colNames {
-		fmt.Printf(" %s |", n)
-	}
-	fmt.Printf("\n|---|")
-	for range colNames {
-		fmt.Printf("---:|")
-	}
-	fmt.Println()
-	failed := 0
+	var rows []string
 	for r := 0; r < nRows; r++ {
-		if b.skipped[r] {
-			continue
+		if !b.skipped[r] {
+			rows = append(rows, rowNames[r])
+		} else {
+			rows = append(rows, "")
 		}
-		fmt.Printf("| %s |", rowNames[r])
-		for col := 0; col < nCols; col++ {
-			s, bad := b.cellText(r, col)
-			if bad {
-				failed++
-			}
-			fmt.Printf(" %s |", s)
-		}
-		fmt.Println()
 	}
-	fmt.Println()
+	failed := printMarkdownTable(colNames[:], rows, b.cellText)
 	var notes []string
 	for r := 0; r < nRows; r++ {
 		for col := 0; col < nCols; col++ {
@@ -942,18 +926,7 @@ func (b *peerBench) printTable() int {
 			if (r == rowSocksMBs || r == rowSocksCPU || r == rowIdleSocks) && (col == colDirect || col == colRelay) {
 				continue // copies of the CONNECT rows' cells
 			}
-			ns := dedupe(c.notes)
-			if len(c.opens) > 0 {
-				lo, hi := fmt.Sprintf("%.2f", slices.Min(c.opens)), fmt.Sprintf("%.2f", slices.Max(c.opens))
-				if lo != hi {
-					lo += "–" + hi
-				}
-				ns = append(ns, lo+" TCP connections accepted per request (wrk reconnects)")
-			}
-			text := strings.Join(ns, "; ")
-			if c.failed != "" {
-				text = "FAILED: " + c.failed + maybe("; ", text)
-			}
+			text := c.noteText("%.2f", " TCP connections accepted per request (wrk reconnects)")
 			notes = append(notes, fmt.Sprintf("- %s, %s: %s", shortRow(r), colNames[col], text))
 		}
 	}
@@ -962,6 +935,56 @@ func (b *peerBench) printTable() int {
 	}
 	b.printTargets()
 	return failed
+}
+
+// printMarkdownTable prints one table: a row per non-empty name in rows,
+// a column per name in cols, each cell from cell; it returns the number of
+// cells cell calls bad.
+func printMarkdownTable(cols, rows []string, cell func(row, col int) (string, bool)) int {
+	fmt.Printf("| measure |")
+	for _, n := range cols {
+		fmt.Printf(" %s |", n)
+	}
+	fmt.Printf("\n|---|")
+	for range cols {
+		fmt.Printf("---:|")
+	}
+	fmt.Println()
+	failed := 0
+	for r, name := range rows {
+		if name == "" {
+			continue
+		}
+		fmt.Printf("| %s |", name)
+		for col := range cols {
+			s, bad := cell(r, col)
+			if bad {
+				failed++
+			}
+			fmt.Printf(" %s |", s)
+		}
+		fmt.Println()
+	}
+	fmt.Println()
+	return failed
+}
+
+// noteText is a cell's notes for the table's notes: why it failed, its
+// notes, and the range of its opens (format opensFmt, followed by opensWhat).
+func (c *cell) noteText(opensFmt, opensWhat string) string {
+	ns := dedupe(c.notes)
+	if len(c.opens) > 0 {
+		lo, hi := fmt.Sprintf(opensFmt, slices.Min(c.opens)), fmt.Sprintf(opensFmt, slices.Max(c.opens))
+		if lo != hi {
+			lo += "–" + hi
+		}
+		ns = append(ns, lo+opensWhat)
+	}
+	text := strings.Join(ns, "; ")
+	if c.failed != "" {
+		text = "FAILED: " + c.failed + maybe("; ", text)
+	}
+	return text
 }
 
 func maybe(sep, s string) string {
