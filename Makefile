@@ -45,10 +45,16 @@ bench: build
 # local guard on): keep-alive and new-connection req/s with wrk, added
 # latency of one connection, 1 GiB CONNECT/SOCKS5 tunnels with the proxy
 # tree's CPU s/GiB, and KiB per idle tunnel (Pss of the proxy's process tree
-# over 5 000 tunnels). Proxy alone on CPU 1, client and origin on CPU 0.
-# Prints one markdown table and netproxy's targets; fails when a
-# measurement fails. BENCH_PEERS_FLAGS=-quick for a short development run,
-# -only keepalive,newconn,latency,tunnel,idle for parts. docs/BENCHMARKS.md.
+# over 5 000 tunnels). Its interception part (issue 29; squid-openssl and
+# mitmproxy installed too) takes one HTTPS origin directly, through
+# netproxy's opaque tunnel, and intercepted by Squid ssl-bump, mitmdump and
+# netproxy (a request-rule host), every connection proven intercepted or
+# not: keep-alive req/s, 8 MiB MB/s, latency, KiB per idle connection, cold
+# and warm handshakes. Proxy alone on CPU 1, client and origin on CPU 0.
+# Prints markdown tables and netproxy's targets; fails when a measurement
+# fails. BENCH_PEERS_FLAGS=-quick for a short development run, -only
+# keepalive,newconn,latency,tunnel,idle,interception for parts.
+# docs/BENCHMARKS.md.
 BENCH_PEERS_FLAGS ?=
 bench-peers: build
 	./scripts/install-test-deps.sh --bench-peers

@@ -2,14 +2,17 @@
 # Installs what the test suite needs on a fresh Debian machine, only when missing.
 # Runs as root in CI; as a non-root user it only reports what is missing.
 #
-# --bench-peers: instead, install only what `make bench-peers` needs (Squid, Dante's
-# server, wrk, taskset), without leaving Squid's or Dante's system services running or
-# enabled: the bench starts its own instances with its own configurations.
+# --bench-peers: instead, install only what `make bench-peers` needs (Squid built with
+# OpenSSL for ssl-bump, Dante's server, wrk, mitmproxy, taskset), without leaving Squid's
+# or Dante's system services running or enabled: the bench starts its own instances with
+# its own configurations.
 set -euo pipefail
 
 if [ "${1:-}" = "--bench-peers" ]; then
 	need=()
-	command -v squid >/dev/null 2>&1 || need+=(squid)
+	# The interception part bumps TLS: Debian's squid-openssl (it replaces squid).
+	{ command -v squid >/dev/null 2>&1 && squid -v 2>/dev/null | grep -q -- --with-openssl; } || need+=(squid-openssl)
+	command -v mitmdump >/dev/null 2>&1 || need+=(mitmproxy)
 	command -v danted >/dev/null 2>&1 || need+=(dante-server)
 	command -v wrk >/dev/null 2>&1 || need+=(wrk)
 	command -v taskset >/dev/null 2>&1 || need+=(util-linux)

@@ -15,7 +15,10 @@
 //
 // With -peers (`make bench-peers`, peers.go) it runs instead the side-by-side
 // bench of issue 14: the same workloads directly, through a bare splice
-// relay, Squid, Dante, a proxy on the goproxy library alone and netproxy.
+// relay, Squid, Dante, a proxy on the goproxy library alone and netproxy;
+// and its interception part (interception.go, issue 29): one HTTPS origin
+// directly, through netproxy's opaque tunnel, and intercepted by Squid
+// ssl-bump, mitmproxy and netproxy.
 //
 // Every party but wrk runs as its own process (this binary re-executed with
 // -role) so it can be pinned. It must never need the network beyond loopback.
@@ -42,7 +45,8 @@ import (
 )
 
 func main() {
-	role := flag.String("role", "", "internal: run a helper role (http, blob, relay, goproxy)")
+	role := flag.String("role", "", "internal: run a helper role (http, blob, relay, goproxy, https)")
+	tlsDir := flag.String("tlsdir", "", "internal: the https role's certificate directory")
 	body := flag.Int("body", 0, "internal: the http role's body size (0: a 34-byte line)")
 	to := flag.String("to", "", "internal: the relay's destination")
 	bin := flag.String("netproxy", "bin/netproxy", "netproxy binary")
@@ -57,18 +61,23 @@ func main() {
 	quick := flag.Bool("quick", false, "with -peers: short runs and small sizes, for developing the harness (numbers are not comparable)")
 	squid := flag.String("squid", "squid", "with -peers: Squid binary (Debian package squid)")
 	danted := flag.String("danted", "danted", "with -peers: Dante's server binary (Debian package dante-server)")
+	mitmdump := flag.String("mitmdump", "mitmdump", "with -peers: mitmproxy's mitmdump (Debian package mitmproxy)")
+	intercepts := flag.Int("intercepts", 500, "with -peers: idle intercepted connections per peer (interception part)")
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var err error
 	switch {
 	case *role != "":
-		err = runRole(*role, *to, *size, *body)
+		err = runRole(*role, *to, *size, *body, *tlsDir)
 	case *peers:
-		po := peerOptions{netproxy: *bin, wrk: *wrk, squid: *squid, danted: *danted,
-			dur: 5 * time.Second, rounds: *rounds, conns: *conns, size: *size, tunnels: *tunnels, only: peerParts}
+		po := peerOptions{netproxy: *bin, wrk: *wrk, squid: *squid, danted: *danted, mitmdump: *mitmdump,
+			dur: 5 * time.Second, rounds: *rounds, conns: *conns, size: *size, tunnels: *tunnels, intercepts: *intercepts, only: peerParts}
 		if *quick {
-			po.dur, po.size, po.tunnels = time.Second, 256<<20, 500
+			po.dur, po.size, po.tunnels, po.intercepts = time.Second, 256<<20, 500, 100
+		}
+		if set["intercepts"] {
+			po.intercepts = *intercepts
 		}
 		if set["duration"] {
 			po.dur = *dur

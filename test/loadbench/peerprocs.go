@@ -26,7 +26,7 @@ import (
 // started here with a bench configuration rendered into its own temporary
 // directory (removed at stop), and stopped with its whole process tree.
 
-//go:embed peers/squid.conf.tmpl peers/sockd.conf.tmpl
+//go:embed peers/squid.conf.tmpl peers/sockd.conf.tmpl peers/squid-bump.conf.tmpl
 var peerTemplates embed.FS
 
 // peerProc is one running peer (or helper) process and what the bench
@@ -129,6 +129,9 @@ func startProc(p *peerProc, addr string) error {
 // renderPeerConfig renders the embedded template name into dir.
 func renderPeerConfig(name, dir string, data any) (string, error) {
 	t, err := template.ParseFS(peerTemplates, "peers/"+name+".tmpl")
+	if t != nil {
+		t.Option("missingkey=error") // a key the bench forgot fails, not "<no value>"
+	}
 	if err != nil {
 		return "", err
 	}
@@ -144,45 +147,56 @@ func renderPeerConfig(name, dir string, data any) (string, error) {
 // test/loadbench/peers/squid.conf.tmpl. Run as root, Squid drops to the
 // Debian `proxy` user, which then owns the directory.
 func startSquid(bin string, fds int) (*peerProc, error) {
-	dir, err := os.MkdirTemp("", "bench-squid")
+	dir, err := newSquidDir("bench-squid", benchHosts)
 	if err != nil {
 		return nil, err
 	}
 	p := &peerProc{name: "squid", dir: dir, logs: []string{filepath.Join(dir, "cache.log")}}
 	fail := func(err error) (*peerProc, error) { os.RemoveAll(dir); return nil, err }
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return fail(err)
-	}
-	if os.Geteuid() == 0 {
-		if u, err := user.Lookup("proxy"); err == nil {
-			uid, _ := strconv.Atoi(u.Uid)
-			gid, _ := strconv.Atoi(u.Gid)
-			if err := os.Chown(dir, uid, gid); err != nil {
-				return fail(err)
-			}
-		}
-	}
 	port, err := freePort()
 	if err != nil {
 		return fail(err)
 	}
-	var hosts strings.Builder
-	for name, ip := range benchHosts {
-		fmt.Fprintf(&hosts, "%s %s\n", ip, name)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "hosts"), []byte(hosts.String()), 0o644); err != nil {
-		return fail(err)
-	}
-	conf, err := renderPeerConfig("squid.conf", dir, map[string]any{"Dir": dir, "Port": port, "FDs": fds})
-	if err != nil {
-		return fail(err)
-	}
-	p.httpAddr = fmt.Sprintf("127.0.0.1:%d", port)
-	p.cmd = exec.Command(bin, "-N", "-f", conf)
-	if err := startProc(p, p.httpAddr); err != nil {
+	if err := runSquid(p, bin, "squid.conf", port, map[string]any{"Dir": dir, "Port": port, "FDs": fds}); err != nil {
 		return fail(err)
 	}
 	return p, nil
+}
+
+// runSquid renders the template conf into p.dir, gives the directory to
+// Squid's user and starts Squid in the foreground on port.
+func runSquid(p *peerProc, bin, conf string, port int, data map[string]any) error {
+	path, err := renderPeerConfig(conf, p.dir, data)
+	if err != nil {
+		return err
+	}
+	if err := chownProxy(p.dir); err != nil {
+		return err
+	}
+	p.httpAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	p.cmd = exec.Command(bin, "-N", "-f", path)
+	return startProc(p, p.httpAddr)
+}
+
+// newSquidDir makes a Squid instance's temporary directory with its
+// hosts_file (hosts: name → address).
+func newSquidDir(prefix string, hosts map[string]string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for name, ip := range hosts {
+		fmt.Fprintf(&b, "%s %s\n", ip, name)
+	}
+	if err := os.Chmod(dir, 0o755); err == nil {
+		err = os.WriteFile(filepath.Join(dir, "hosts"), []byte(b.String()), 0o644)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
 }
 
 // startDante starts Dante's danted in the foreground with
@@ -241,9 +255,9 @@ allow_local_binding = false
 [network.domains]
 "up.test" = "allow"
 "127.0.0.1/32" = "allow"
-[dns.hosts]
+%s[dns.hosts]
 "up.test" = ["127.0.0.1"]
-[approvals]
+%s[approvals]
 enabled = false
 [audit]
 path = %q
@@ -251,13 +265,27 @@ path = %q
 max_connections = 20000
 [log]
 level = "warn"
-`
+%s`
+
+// netproxyExtra is what a part of the bench adds to netproxy's peer
+// configuration: allow-list lines, [dns.hosts] lines, sections at the end,
+// and files next to the configuration.
+type netproxyExtra struct {
+	domains, hosts, tail string
+	files                map[string][]byte
+}
 
 // startNetproxyPeer writes the bench configuration, checks with
 // `netproxy check` that the bench's requests are allowed with the guard
 // on (and that the guard still blocks another loopback address), and
 // starts `netproxy serve`.
 func startNetproxyPeer(bin string, originPort int) (*peerProc, error) {
+	return startNetproxyPeerWith(bin, originPort, netproxyExtra{})
+}
+
+// startNetproxyPeerWith is startNetproxyPeer with ex added to the
+// configuration.
+func startNetproxyPeerWith(bin string, originPort int, ex netproxyExtra) (*peerProc, error) {
 	dir, err := os.MkdirTemp("", "bench-netproxy")
 	if err != nil {
 		return nil, err
@@ -269,7 +297,10 @@ func startNetproxyPeer(bin string, originPort int) (*peerProc, error) {
 			return fail(err)
 		}
 	}
-	cfg := fmt.Sprintf(netproxyPeerConfig, addrs[0], addrs[1], addrs[2], filepath.Join(dir, "control.sock"), filepath.Join(dir, "audit.jsonl"))
+	cfg := fmt.Sprintf(netproxyPeerConfig, addrs[0], addrs[1], addrs[2], filepath.Join(dir, "control.sock"), ex.domains, ex.hosts, filepath.Join(dir, "audit.jsonl"), ex.tail)
+	if err := writeFiles(dir, ex.files); err != nil {
+		return fail(err)
+	}
 	path := filepath.Join(dir, "netproxy.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return fail(err)

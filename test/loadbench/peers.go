@@ -30,15 +30,17 @@ import (
 // a short transfer, a run that did not reconnect).
 
 // peerParts are the parts of the peer bench, in run order (-only).
-var peerParts = []string{"keepalive", "newconn", "latency", "tunnel", "idle"}
+var peerParts = []string{"keepalive", "newconn", "latency", "tunnel", "idle", "interception"}
 
 type peerOptions struct {
 	netproxy, wrk, squid, danted string
+	mitmdump                     string        // the interception part's mitmproxy
 	dur                          time.Duration // each wrk run
 	rounds                       int           // interleaved rounds per row (the median is reported)
 	conns                        int           // wrk connections for the req/s rows
 	size                         int64         // bytes per tunnel transfer
 	tunnels                      int           // idle tunnels per peer
+	intercepts                   int           // idle intercepted connections per peer (interception part)
 	only                         []string
 }
 
@@ -141,14 +143,25 @@ func runPeers(o peerOptions) error {
 	if numCPU() < 2 {
 		return fmt.Errorf("the peer bench pins the proxy and the client to different CPUs: needs 2 CPUs, have %d", numCPU())
 	}
+	// The plain parts need every peer of issue 14; the interception part
+	// needs Squid (with OpenSSL) and mitmdump.
+	plain := slices.ContainsFunc(o.only, func(p string) bool { return p != "interception" })
+	intercept := slices.Contains(o.only, "interception")
+	bins := []*string{&o.netproxy, &o.squid}
+	if plain {
+		bins = append(bins, &o.wrk, &o.danted)
+	}
+	if intercept {
+		bins = append(bins, &o.mitmdump)
+	}
 	// Absolute paths: the peers run in their own directories.
-	for _, b := range []*string{&o.netproxy, &o.wrk, &o.squid, &o.danted} {
+	for _, b := range bins {
 		path, err := exec.LookPath(*b)
 		if err == nil {
 			path, err = filepath.Abs(path)
 		}
 		if err != nil {
-			return fmt.Errorf("%s not found: run scripts/install-test-deps.sh --bench-peers (Debian packages squid, dante-server, wrk) and make build", *b)
+			return fmt.Errorf("%s not found: run scripts/install-test-deps.sh --bench-peers (Debian packages squid-openssl, dante-server, wrk, mitmproxy) and make build", *b)
 		}
 		*b = path
 	}
@@ -162,17 +175,51 @@ func runPeers(o peerOptions) error {
 	if fds < 2*o.tunnels+2000 || fds < 12000 {
 		return fmt.Errorf("RLIMIT_NOFILE is %d: the idle-tunnel run needs at least %d", fds, max(12000, 2*o.tunnels+2000))
 	}
+	fmt.Printf("# netproxy peer bench (issues 14, 29)\n\n%d CPUs, %s, %s\n%s\n\n", numCPU(), loadAvg(), time.Now().UTC().Format(time.RFC3339), versions(o, plain, intercept))
+	failed := 0
+	if plain {
+		n, err := runPlainPeers(o, fds)
+		if err != nil {
+			return err
+		}
+		failed += n
+	}
+	if intercept {
+		start := time.Now()
+		fmt.Fprintf(os.Stderr, "peer bench: interception ...\n")
+		ib, err := startInterception(o, fds)
+		if err != nil {
+			return fmt.Errorf("interception: %w", err)
+		}
+		err = ib.run()
+		if err == nil {
+			failed += ib.printInterceptTable()
+		}
+		ib.stopAll()
+		if err != nil {
+			return fmt.Errorf("interception: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "peer bench: interception done in %s\n", time.Since(start).Round(time.Second))
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d measurement(s) failed: see the table", failed)
+	}
+	return nil
+}
+
+// runPlainPeers runs the parts of issue 14 (all but interception) and
+// prints their table; it returns the number of failed cells.
+func runPlainPeers(o peerOptions, fds int) (int, error) {
 	b := &peerBench{o: o, fds: fds}
 	for r := range b.skipped {
 		b.skipped[r] = true
 	}
 	defer b.stopAll()
 	if err := b.startAll(); err != nil {
-		return err
+		return 0, err
 	}
-	fmt.Printf("# netproxy peer bench (issue 14)\n\n%d CPUs, %s, %s\n%s\n\n", numCPU(), loadAvg(), time.Now().UTC().Format(time.RFC3339), versions(o))
 	if err := b.preflight(); err != nil {
-		return err
+		return 0, err
 	}
 	run := func(part string, f func() error) error {
 		if !slices.Contains(o.only, part) {
@@ -197,14 +244,10 @@ func runPeers(o peerOptions) error {
 		{"idle", b.benchIdle},
 	} {
 		if err := run(p.part, p.f); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	failed := b.printTable()
-	if failed > 0 {
-		return fmt.Errorf("%d measurement(s) failed: see the table", failed)
-	}
-	return nil
+	return b.printTable(), nil
 }
 
 // raiseNoFile raises this process's RLIMIT_NOFILE (inherited by every peer
@@ -227,7 +270,7 @@ func raiseNoFile(want uint64) (int, error) {
 	return int(l.Cur), nil
 }
 
-func versions(o peerOptions) string {
+func versions(o peerOptions, plain, intercept bool) string {
 	first := func(name string, args ...string) string {
 		out, _ := exec.Command(name, args...).CombinedOutput()
 		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
@@ -247,8 +290,16 @@ func versions(o peerOptions) string {
 	} else if first("git", "status", "--porcelain", "--untracked-files=no") != "" {
 		rev += "+changes"
 	}
-	return fmt.Sprintf("%s; %s; %s; goproxy %s; netproxy %s (tree %s)",
-		first(o.squid, "-v"), first(o.danted, "-v"), first(o.wrk, "-v"), gp, o.netproxy, rev)
+	var parts []string
+	parts = append(parts, first(o.squid, "-v"))
+	if plain {
+		parts = append(parts, first(o.danted, "-v"), first(o.wrk, "-v"), "goproxy "+gp)
+	}
+	if intercept {
+		parts = append(parts, mitmdumpVersion(o.mitmdump))
+	}
+	parts = append(parts, fmt.Sprintf("netproxy %s (tree %s)", o.netproxy, rev))
+	return strings.Join(parts, "; ")
 }
 
 // startAll starts the origins, the bare relays and the peers, and pins them.
@@ -856,31 +907,15 @@ func (b *peerBench) printTable() int {
 		"in brackets the ratio to direct / to the bare relay.\n", b.o.rounds, b.o.tunnels)
 	fmt.Printf("Pinning: proxy alone on CPU 1, wrk / receiver and origin on CPU 0; latency row: all on CPU 0. "+
 		"wrk runs of %s; tunnels of %d MiB.\n\n", b.o.dur, b.o.size>>20)
-	fmt.Printf("| measure |")
-	for _, n := range colNames {
-		fmt.Printf(" %s |", n)
-	}
-	fmt.Printf("\n|---|")
-	for range colNames {
-		fmt.Printf("---:|")
-	}
-	fmt.Println()
-	failed := 0
+	var rows []string
 	for r := 0; r < nRows; r++ {
-		if b.skipped[r] {
-			continue
+		if !b.skipped[r] {
+			rows = append(rows, rowNames[r])
+		} else {
+			rows = append(rows, "")
 		}
-		fmt.Printf("| %s |", rowNames[r])
-		for col := 0; col < nCols; col++ {
-			s, bad := b.cellText(r, col)
-			if bad {
-				failed++
-			}
-			fmt.Printf(" %s |", s)
-		}
-		fmt.Println()
 	}
-	fmt.Println()
+	failed := printMarkdownTable(colNames[:], rows, b.cellText)
 	var notes []string
 	for r := 0; r < nRows; r++ {
 		for col := 0; col < nCols; col++ {
@@ -891,18 +926,7 @@ func (b *peerBench) printTable() int {
 			if (r == rowSocksMBs || r == rowSocksCPU || r == rowIdleSocks) && (col == colDirect || col == colRelay) {
 				continue // copies of the CONNECT rows' cells
 			}
-			ns := dedupe(c.notes)
-			if len(c.opens) > 0 {
-				lo, hi := fmt.Sprintf("%.2f", slices.Min(c.opens)), fmt.Sprintf("%.2f", slices.Max(c.opens))
-				if lo != hi {
-					lo += "–" + hi
-				}
-				ns = append(ns, lo+" TCP connections accepted per request (wrk reconnects)")
-			}
-			text := strings.Join(ns, "; ")
-			if c.failed != "" {
-				text = "FAILED: " + c.failed + maybe("; ", text)
-			}
+			text := c.noteText("%.2f", " TCP connections accepted per request (wrk reconnects)")
 			notes = append(notes, fmt.Sprintf("- %s, %s: %s", shortRow(r), colNames[col], text))
 		}
 	}
@@ -911,6 +935,56 @@ func (b *peerBench) printTable() int {
 	}
 	b.printTargets()
 	return failed
+}
+
+// printMarkdownTable prints one table: a row per non-empty name in rows,
+// a column per name in cols, each cell from cell; it returns the number of
+// cells cell calls bad.
+func printMarkdownTable(cols, rows []string, cell func(row, col int) (string, bool)) int {
+	fmt.Printf("| measure |")
+	for _, n := range cols {
+		fmt.Printf(" %s |", n)
+	}
+	fmt.Printf("\n|---|")
+	for range cols {
+		fmt.Printf("---:|")
+	}
+	fmt.Println()
+	failed := 0
+	for r, name := range rows {
+		if name == "" {
+			continue
+		}
+		fmt.Printf("| %s |", name)
+		for col := range cols {
+			s, bad := cell(r, col)
+			if bad {
+				failed++
+			}
+			fmt.Printf(" %s |", s)
+		}
+		fmt.Println()
+	}
+	fmt.Println()
+	return failed
+}
+
+// noteText is a cell's notes for the table's notes: why it failed, its
+// notes, and the range of its opens (format opensFmt, followed by opensWhat).
+func (c *cell) noteText(opensFmt, opensWhat string) string {
+	ns := dedupe(c.notes)
+	if len(c.opens) > 0 {
+		lo, hi := fmt.Sprintf(opensFmt, slices.Min(c.opens)), fmt.Sprintf(opensFmt, slices.Max(c.opens))
+		if lo != hi {
+			lo += "–" + hi
+		}
+		ns = append(ns, lo+opensWhat)
+	}
+	text := strings.Join(ns, "; ")
+	if c.failed != "" {
+		text = "FAILED: " + c.failed + maybe("; ", text)
+	}
+	return text
 }
 
 func maybe(sep, s string) string {

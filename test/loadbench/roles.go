@@ -23,7 +23,7 @@ import (
 
 // runRole runs one helper role until its parent dies. It prints the
 // listening address as its first stdout line.
-func runRole(role, to string, size int64, body int) error {
+func runRole(role, to string, size int64, body int, tlsDir string) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -38,6 +38,8 @@ func runRole(role, to string, size int64, body int) error {
 		return serveRelay(ln, to)
 	case "goproxy":
 		return serveGoproxyLib(ln)
+	case "https":
+		return serveHTTPSOrigin(ln, tlsDir)
 	}
 	return fmt.Errorf("unknown role %q", role)
 }
