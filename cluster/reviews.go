@@ -31,7 +31,7 @@ import (
 // timed out; the decision removes them.
 //
 // KEYS: cache hash, amend hash, review key, slots, session slots. ARGV:
-// field, host (” for an exec review), sealed value, lease ms, skip stored,
+// field, host (empty for an exec review), sealed value, lease ms, skip stored,
 // approval id, max pending (0: none), max per session (0: none).
 var beginScript = redis.NewScript(`
 if ARGV[5] ~= '1' then
