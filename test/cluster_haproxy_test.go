@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -257,4 +258,126 @@ exit 0`, api, plain.URL("paste.test", "/leak?k="))
 		t.Fatalf("admin /healthz through the balancer: %q", line)
 	}
 	conn.Close()
+}
+
+// demoPortBase finds a base port whose demo ports (scripts/cluster-demo.sh)
+// are all free a moment ago.
+func demoPortBase(t *testing.T) int {
+	t.Helper()
+	offsets := []int{1, 2, 3, 11, 12, 13, 21, 22, 23, 28, 79, 80, 91}
+next:
+	for try := 0; try < 50; try++ {
+		base := 20000 + (FreePort(t)*7+try*131)%40000
+		for _, o := range offsets {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+o))
+			if err != nil {
+				continue next
+			}
+			ln.Close()
+		}
+		return base
+	}
+	t.Fatal("no free port range for the demo")
+	return 0
+}
+
+// TestClusterDemo: `make cluster-demo` (scripts/cluster-demo.sh) starts
+// Redis, three replicas and HAProxy, answers through the balancer on every
+// replica, and Ctrl-C (SIGINT to its process group) stops all of it and
+// removes its folder.
+func TestClusterDemo(t *testing.T) {
+	haproxyBin(t)
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatal("redis-server is required (scripts/install-test-deps.sh)")
+	}
+	base := demoPortBase(t)
+	cmd := exec.Command("bash", filepath.Join(repoRoot(), "scripts", "cluster-demo.sh"))
+	cmd.Env = append(os.Environ(), "NETPROXY="+netproxyBin, fmt.Sprintf("CLUSTER_DEMO_PORT_BASE=%d", base))
+	out := &SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	})
+	eventually(t, 60*time.Second, "cluster-demo ready", func() bool {
+		select {
+		case <-done:
+			t.Fatalf("cluster-demo exited:\n%s", out.String())
+		default:
+		}
+		return strings.Contains(out.String(), "cluster-demo: ready")
+	})
+	var dir, token string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "folder:" {
+			dir = f[1]
+		}
+		if _, tok, ok := strings.Cut(l, "login?token="); ok {
+			token = strings.Fields(tok)[0]
+		}
+	}
+	if dir == "" || token == "" {
+		t.Fatalf("cluster-demo printed no folder or page link:\n%s", out.String())
+	}
+	lbHTTP, lbAdmin := fmt.Sprintf("127.0.0.1:%d", base+28), fmt.Sprintf("127.0.0.1:%d", base+91)
+	// Through the balancer: three requests, one per replica, each denied by
+	// the list and audited where it landed.
+	for i := 0; i < 3; i++ {
+		conn, err := net.DialTimeout("tcp", lbHTTP, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET http://blocked.example/ HTTP/1.1\r\nHost: blocked.example\r\nConnection: close\r\n\r\n")
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, _ := bufio.NewReader(conn).ReadString('\n')
+		conn.Close()
+		if !strings.Contains(line, "403") {
+			t.Fatalf("request %d through the balancer: %q", i, line)
+		}
+	}
+	for _, n := range []string{"node-a", "node-b", "node-c"} {
+		eventually(t, 5*time.Second, n+" audits its share", func() bool {
+			b, _ := os.ReadFile(filepath.Join(dir, n, "audit.jsonl"))
+			return strings.Contains(string(b), `"blocked.example"`)
+		})
+	}
+	// The admin API (the approvals page's) through the balancer, with the
+	// printed token.
+	req, _ := http.NewRequest("GET", "http://"+lbAdmin+"/api/approvals", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /api/approvals through the balancer: %d", resp.StatusCode)
+	}
+
+	// Ctrl-C: everything stops, the folder goes, the ports are free.
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("cluster-demo still running 15 s after Ctrl-C:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "cluster-demo: stopped") {
+		t.Fatalf("no clean stop:\n%s", out.String())
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("%s left behind: %v", dir, err)
+	}
+	for _, o := range []int{3, 13, 23, 28, 79, 91} {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+o))
+		if err != nil {
+			t.Fatalf("port %d still taken after the demo stopped: %v", base+o, err)
+		}
+		ln.Close()
+	}
 }
