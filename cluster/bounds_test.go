@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -94,7 +95,7 @@ func BenchmarkBeginLeadDecide(b *testing.B) {
 	ctx := context.Background()
 	k := approvalsvc.ReviewKey{Session: "s", Env: "e", Host: "alpha.test", Protocol: "http", Port: 80}
 	for i := 0; i < b.N; i++ {
-		id := "apv_" + string(rune('a'+i%26))
+		id := fmt.Sprintf("apv_%d", i)
 		if r, err := c.Begin(ctx, k, id, time.Now().Add(time.Minute)); err != nil || r.Kind != approvalsvc.BeginLead {
 			b.Fatal(r, err)
 		}
