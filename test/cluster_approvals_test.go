@@ -18,12 +18,12 @@ import (
 	"time"
 )
 
-// execAsk posts an exec approval request to r's control socket and
+// execAsk posts an exec approval request to p's control socket and
 // answers when it is decided.
-func execAsk(r *ClusterReplica, body string) <-chan apprReply {
+func execAsk(p *Proxy, body string) <-chan apprReply {
 	ch := make(chan apprReply, 1)
 	go func() {
-		resp, err := r.ControlClient().Post("http://control/v1/approvals", "application/json", strings.NewReader(body))
+		resp, err := p.ControlClient().Post("http://control/v1/approvals", "application/json", strings.NewReader(body))
 		if err != nil {
 			ch <- apprReply{err: err}
 			return
@@ -75,7 +75,7 @@ func TestClusterExecApprovals(t *testing.T) {
 
 	// Asked on A (execwrap's control socket), listed on B and C, decided on
 	// B: A's waiter gets B's decision.
-	ch := execAsk(a, ask("/work", "git", "push"))
+	ch := execAsk(a.Proxy, ask("/work", "git", "push"))
 	id := waitExecPending(t, b, "/work")
 	if other := waitExecPending(t, c, "/work"); other != id {
 		t.Fatalf("B lists %s, C lists %s", id, other)
@@ -97,12 +97,12 @@ func TestClusterExecApprovals(t *testing.T) {
 	})
 	t.Logf("exec amendment on every replica after %v", took)
 	// The session-wide outcome holds on C without a new review.
-	if r := apprAwait(t, execAsk(c, ask("/work", "git", "push"))); r.status != 200 || !strings.Contains(r.body, `"reviewer":"cache"`) {
+	if r := apprAwait(t, execAsk(c.Proxy, ask("/work", "git", "push"))); r.status != 200 || !strings.Contains(r.body, `"reviewer":"cache"`) {
 		t.Fatalf("the same exec approval on C: %d %s", r.status, r.body)
 	}
 
 	// A denial taken on A reaches the waiter on C.
-	ch = execAsk(c, ask("/elsewhere"))
+	ch = execAsk(c.Proxy, ask("/elsewhere"))
 	id = waitExecPending(t, a, "/elsewhere")
 	a.decide(id, "deny")
 	if r := apprAwait(t, ch); r.status != 200 || !strings.Contains(r.body, `"approved":false`) || !strings.Contains(r.body, `"decision":"deny"`) {
@@ -164,7 +164,7 @@ func TestClusterMaxPending(t *testing.T) {
 	}
 	// An exec approval is a review too.
 	body := `{"session_id":"s9","environment_id":"e1","command":["make"],"cwd":"/w"}`
-	if r := apprAwait(t, execAsk(c, body)); !strings.Contains(r.body, "approvals_overloaded") {
+	if r := apprAwait(t, execAsk(c.Proxy, body)); !strings.Contains(r.body, "approvals_overloaded") {
 		t.Fatalf("exec approval past max_pending: %d %s", r.status, r.body)
 	}
 	// Joining an open review adds none: the same request on C waits.
