@@ -62,6 +62,7 @@ command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v wrk >/dev/null 2>&1 || need+=(wrk) # make bench: the HTTP load generator
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server) # cluster mode tests (test/cluster_test.go)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy) # replicas behind a load balancer (test/cluster_haproxy_test.go, make cluster-demo)
 # sandbox escape probes (test/sandbox_escape_seccomp_test.go): C probes and the plant tools
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 [ -e /usr/include/stdio.h ] || need+=(libc6-dev)

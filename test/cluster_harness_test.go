@@ -130,7 +130,7 @@ func StartReplica(t *testing.T, redisURL, node, extraApprovals string) *ClusterR
 
 // ReplicaConfig writes the config of a replica like StartReplica's with
 // extraCluster appended to [cluster], without starting it.
-func ReplicaConfig(t *testing.T, redisURL, node, extraApprovals, extraCluster string) *Proxy {
+func ReplicaConfig(t testing.TB, redisURL, node, extraApprovals, extraCluster string) *Proxy {
 	t.Helper()
 	c := StdConfig()
 	for _, h := range clusterHosts {
@@ -143,7 +143,7 @@ func ReplicaConfig(t *testing.T, redisURL, node, extraApprovals, extraCluster st
 
 // ReplicaConfigOf writes c joined to redisURL as node (the shared key,
 // prefix "e2e:", extraCluster appended to [cluster]).
-func ReplicaConfigOf(t *testing.T, c ProxyConfig, redisURL, node, extraCluster string) *Proxy {
+func ReplicaConfigOf(t testing.TB, c ProxyConfig, redisURL, node, extraCluster string) *Proxy {
 	t.Helper()
 	c.Extra += fmt.Sprintf("\n[cluster]\nredis = %q\nnode_id = %q\nkey_prefix = \"e2e:\"\nkey_file = %q\n%s", redisURL, node, ClusterKeyFile(t), extraCluster)
 	return WriteProxyConfig(t, c)

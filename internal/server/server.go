@@ -576,7 +576,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.controlPath = s.cfg.Control.Socket
 
 	addrs := s.Addrs()
-	s.control = attribution.NewControlServer(s.registry, attribution.ProxyInfo{HTTP: addrs.HTTP, SOCKS5: addrs.SOCKS5}, s.ctlApprv)
+	s.control = attribution.NewControlServer(s.registry, s.advertised(attribution.ProxyInfo{HTTP: addrs.HTTP, SOCKS5: addrs.SOCKS5}), s.ctlApprv)
 	s.control.SetNetworkCheck(s.scopeAPI.checkExecution)
 	for _, r := range s.ctlRoutes {
 		s.control.Handle(r.pattern, r.h)
