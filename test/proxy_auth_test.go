@@ -807,7 +807,7 @@ func TestProxyAuthPipAndPython(t *testing.T) {
 		t.Fatalf("pip did not download the wheel: %v\n%s", err, out)
 	}
 	hitsBefore := si.hits
-	out, err = run("-m", "pip", "download", "--no-deps", "-d", t.TempDir(), "--index-url", index, "--trusted-host", "up.test",
+	out, err = run("-m", "pip", "download", "-vv", "--no-deps", "-d", t.TempDir(), "--index-url", index, "--trusted-host", "up.test",
 		"--retries", "0", "--proxy", "http://ci:"+paWrong+"@"+p.HTTP, "demo-pkg==1.0")
 	if err == nil || !strings.Contains(out, "407") {
 		t.Fatalf("pip download with a wrong proxy secret: %v\n%s", err, out)
