@@ -157,5 +157,8 @@ func ParseBasic(v string) (name, secret string, ok bool) {
 		return "", "", false
 	}
 	name, secret, ok = strings.Cut(string(raw), ":")
-	return name, secret, ok
+	if !ok {
+		return "", "", false
+	}
+	return name, secret, true
 }

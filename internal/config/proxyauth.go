@@ -80,18 +80,19 @@ func validateProxyAuth(c *Config, file string) []error {
 		}
 		switch cl.Mode {
 		case "", hostpolicy.ModeFull, hostpolicy.ModeLimited:
-			if _, err := cl.Scope(); err != nil {
-				// One error per bad entry, each naming its key ("allow[2]: …").
-				for _, line := range strings.Split(err.Error(), "\n") {
-					if sub, msg, ok := strings.Cut(line, ": "); ok {
-						bad(key+"."+sub, "%s", msg)
-					} else {
-						bad(key, "%s", line)
-					}
-				}
-			}
 		default:
 			bad(key+".mode", "%q is not %q or %q", cl.Mode, hostpolicy.ModeLimited, hostpolicy.ModeFull)
+			cl.Mode = "" // the lists are still checked
+		}
+		if _, err := cl.Scope(); err != nil {
+			// One error per bad entry, each naming its key ("allow[2]: …").
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if sub, msg, ok := strings.Cut(line, ": "); ok {
+					bad(key+"."+sub, "%s", msg)
+				} else {
+					bad(key, "%s", line)
+				}
+			}
 		}
 	}
 	return errs
