@@ -275,24 +275,6 @@ func TestProxyAuthCurl(t *testing.T) {
 	paNoSecret(t, p)
 }
 
-// socksGreet opens a SOCKS5 connection and sends a greeting offering
-// methods; it returns the server's chosen method (-1: closed).
-func socksGreet(t *testing.T, addr string, methods ...byte) (int, net.Conn) {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	c.Write(append([]byte{0x05, byte(len(methods))}, methods...))
-	var sel [2]byte
-	if _, err := io.ReadFull(c, sel[:]); err != nil {
-		return -1, c
-	}
-	return int(sel[1]), c
-}
-
 // TestProxyAuthRequired: with required = true an unauthenticated request
 // gets 407 (HTTP and CONNECT) and a SOCKS5 client offering no
 // username/password gets 0xFF; offered both, username/password wins; a
@@ -317,10 +299,10 @@ func TestProxyAuthRequired(t *testing.T) {
 	if r.Exit == 0 {
 		t.Fatalf("unauthenticated SOCKS5 passed: %q", r.Stdout)
 	}
-	if m, _ := socksGreet(t, p.SOCKS, 0x00); m != 0xFF {
+	if _, m := SocksGreet(t, p.SOCKS, nil, 0x00); m != 0xFF {
 		t.Fatalf("SOCKS5 offering only no-auth: method 0x%02x, want 0xFF", m)
 	}
-	m, c := socksGreet(t, p.SOCKS, 0x00, 0x02)
+	c, m := SocksGreet(t, p.SOCKS, nil, 0x00, 0x02)
 	if m != 0x02 {
 		t.Fatalf("SOCKS5 offering both: method 0x%02x, want 0x02", m)
 	}

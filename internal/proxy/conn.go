@@ -237,7 +237,7 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 	c, bw := pc.c, pc.bw
 	head := req.Method == http.MethodHead
 	// Identity is per request (proxyauth.go): this request's own header.
-	authCause := h.core.identify(c, req.Header.Get("Proxy-Authorization"))
+	authCause := h.core.identify(c, req.Header)
 	if h.via.looped(req.Header) {
 		// SPEC §3.5: the request already passed through this process
 		// (before any other check: a parent may have rewritten its target).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
@@ -44,11 +45,12 @@ const (
 // Proxy-Authenticate challenge of a 407 (SPEC §3.7).
 const proxyAuthChallenge = `Basic realm="netproxy"`
 
-// identify sets c's identity for one request whose Proxy-Authorization is
-// hdr ("" none). It returns "" when the request may go on (as a client,
-// or anonymously), else the cause of its refusal. A framed connection is
-// its execution's: nothing is asked.
-func (core *Core) identify(c *Conn, hdr string) hostpolicy.Cause {
+// identify sets c's identity for one request with header h (its
+// Proxy-Authorization, read only when proxy authentication is on). It
+// returns "" when the request may go on (as a client, or anonymously),
+// else the cause of its refusal. A framed connection is its execution's:
+// nothing is asked.
+func (core *Core) identify(c *Conn, h http.Header) hostpolicy.Cause {
 	if c.Attributed {
 		return ""
 	}
@@ -57,6 +59,7 @@ func (core *Core) identify(c *Conn, hdr string) hostpolicy.Cause {
 		return ""
 	}
 	c.setClient(nil)
+	hdr := h.Get("Proxy-Authorization")
 	if hdr == "" {
 		if cl.Required() {
 			core.Meter.ProxyAuth(authMissing)
