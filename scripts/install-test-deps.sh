@@ -68,7 +68,9 @@ command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 [ -e /usr/include/stdio.h ] || need+=(libc6-dev)
 command -v setcap >/dev/null 2>&1 || need+=(libcap2-bin)
 [ -x /usr/bin/python3 ] || need+=(python3)
-python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip) # request-rule tests: a real pip
+# real Python clients: pip (test/request_rules_pip_test.go, test/proxy_auth_test.go) and requests
+/usr/bin/python3 -c 'import pip' >/dev/null 2>&1 || need+=(python3-pip)
+/usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || need+=(python3-requests)
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0

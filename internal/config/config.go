@@ -34,6 +34,8 @@ type Config struct {
 
 	// Credentials are the [[credentials]] entries (docs/credentials.md).
 	Credentials []Credential `toml:"credentials"`
+	// ProxyAuth is [proxy_auth]: client identity (SPEC §4.4, proxyauth.go).
+	ProxyAuth ProxyAuth `toml:"proxy_auth"`
 
 	// Path is the file this config was loaded from ("" for the embedded
 	// default); relative paths inside it resolve against its folder.

@@ -43,6 +43,9 @@ type Conn struct {
 	// budgetAdm its admission stage, made at the first decision.
 	budget    *attribution.Budget
 	budgetAdm *budgetAdmit
+	// ident is the authenticated client of the current request (SPEC
+	// §4.4, proxyauth.go); nil: anonymous or framed.
+	ident atomic.Pointer[attribution.Client]
 }
 
 // ExecIDs are what a connection keeps of its execution: the rest of the
@@ -387,8 +390,8 @@ func (g *Gate) admit(tcp *net.TCPConn) {
 			return
 		}
 		c.Exec, c.Attributed = ExecIDs{ID: exec.ID, SessionID: exec.SessionID, EnvironmentID: exec.EnvironmentID}, true
-		// The execution's egress budget (SPEC §3.12). An authenticated
-		// client's (SPEC §4.4) will be attached here too, once built.
+		// The execution's egress budget (SPEC §3.12); an authenticated
+		// client's is attached per request (proxyauth.go).
 		c.budget = exec.Budget
 		m.Attribution("ok")
 	case g.cfg.Required():

@@ -236,6 +236,8 @@ func newPlainConn(ctx context.Context, c *Conn, br *bufio.Reader, bw *bufio.Writ
 func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string) connNext {
 	c, bw := pc.c, pc.bw
 	head := req.Method == http.MethodHead
+	// Identity is per request (proxyauth.go): this request's own header.
+	authCause := h.core.identify(c, req.Header)
 	if h.via.looped(req.Header) {
 		// SPEC §3.5: the request already passed through this process
 		// (before any other check: a parent may have rewritten its target).
@@ -283,7 +285,7 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method)
 	hreq.Path = requestPath(req)
 	hreq.Upgrade = carriesUpgrade(req.Header)
-	d := h.core.decide(pc.ctx, c, hreq)
+	d := h.core.decideIdentified(func() hostpolicy.Decision { return h.core.decide(pc.ctx, c, hreq) }, hreq, authCause)
 	if !d.Allowed() {
 		if !body {
 			pc.watch.disarm()

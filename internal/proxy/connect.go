@@ -28,6 +28,7 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 		writeSimple(bw, http.StatusBadRequest, "invalid port")
 		return false
 	}
+	authCause := h.core.identify(c, req.Header) // the tunnel's identity
 	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTPS, http.MethodConnect)
 	if h.via.looped(req.Header) {
 		// Our own CONNECT to a parent came back (SPEC §3.5).
@@ -35,7 +36,7 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 		return false
 	}
 	gen := c.generation()
-	d := h.core.decideWatching(ctx, c, hreq)
+	d := h.core.decideIdentified(func() hostpolicy.Decision { return h.core.decideWatching(ctx, c, hreq) }, hreq, authCause)
 	if !d.Allowed() {
 		writeBlockedText(bw, d)
 		return false

@@ -73,6 +73,9 @@ type Core struct {
 	// credential's hosts is intercepted (with MITM), and every forwarded
 	// request's placeholders are replaced or blocked (docs/credentials.md).
 	Credentials *credentials.Broker
+	// Clients, when set, are the [[proxy_auth.clients]] (SPEC §4.4,
+	// proxyauth.go); nil or none configured: no proxy authentication.
+	Clients *attribution.Clients
 	// Closed receives every connection closed by a change (the audit).
 	Closed observe.ConnectionSink
 	// Parker, when set, takes the quiet directions of every tunnel off
@@ -98,6 +101,10 @@ func (c *Core) request(conn *Conn, host string, port uint16, proto hostpolicy.Pr
 		r.ExecutionID = conn.Exec.ID
 		r.SessionID = conn.Exec.SessionID
 		r.EnvironmentID = conn.Exec.EnvironmentID
+	} else if name, session := conn.identity(); name != "" {
+		// An authenticated client is its own session; the audit's client
+		// is its name (SPEC §4.4).
+		r.Client, r.SessionID = name, session
 	}
 	return r
 }

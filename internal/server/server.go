@@ -81,6 +81,8 @@ type Server struct {
 	// interception CA handed to executions (a string).
 	creds *credentials.Broker
 	caPEM atomic.Value
+	// clients are the [[proxy_auth.clients]] (SPEC §4.4, proxyauth.go).
+	clients *attribution.Clients
 
 	tracker  *proxy.Tracker
 	dialer   *proxy.Dialer
@@ -159,7 +161,11 @@ func (s *Server) buildPolicy(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	if err := protectSecrets(credSet); err != nil {
+	pa, err := loadProxyAuth(cfg)
+	if err != nil {
+		return err
+	}
+	if err := protectSecrets(credSet.Len() > 0 || len(pa.specs) > 0); err != nil {
 		return err
 	}
 	s.creds = credentials.NewBroker(credSet)
@@ -178,6 +184,8 @@ func (s *Server) buildPolicy(cfg *config.Config) error {
 	})
 	scopes := hostpolicy.NewScopes(attribution.DefaultSession)
 	s.scopeAPI = scopeAPI{engine: s.engine, scopes: scopes}
+	s.clients = &attribution.Clients{}
+	s.applyProxyAuth(pa, cfg.BudgetLimits())
 	// Compiles an execution's narrower policy before its token is returned.
 	s.registry.OnChange(s.scopeAPI.executionChanged)
 	s.shadow = rollout.NewShadow(s.meter, cfg.Metrics.MaxHostLabels)
@@ -268,6 +276,8 @@ func (s *Server) buildDataPath(cfg *config.Config) error {
 		Tracker:    s.tracker,
 		// Credentials: the broker (docs/credentials.md).
 		Credentials: s.creds,
+		// Clients: proxy authentication (SPEC §4.4).
+		Clients: s.clients,
 		Limits: proxy.Limits{
 			HeaderTimeout:  cfg.Limits.HeaderTimeout.Duration,
 			IdleTimeout:    cfg.Limits.IdleTimeout.Duration,
@@ -691,12 +701,17 @@ func (s *Server) reload() error {
 	if err != nil {
 		return err
 	}
+	// Client secrets too: one unreadable keeps every previous client.
+	pa, err := loadProxyAuth(cfg)
+	if err != nil {
+		return err
+	}
 	ca, err := credentialCA(cfg)
 	if err != nil {
 		return err
 	}
 	wasEnabled := s.engine.Enabled()
-	if err := protectSecrets(credSet); err != nil {
+	if err := protectSecrets(credSet.Len() > 0 || len(pa.specs) > 0); err != nil {
 		return err
 	}
 	s.engine.Swap(pol)
@@ -706,6 +721,8 @@ func (s *Server) reload() error {
 	s.required.Store(cfg.Attribution.Required)
 	// New executions get the new [budgets]; running ones keep theirs.
 	s.registry.SetBudgetLimits(cfg.BudgetLimits())
+	// Clients keep their usage under the new limits.
+	s.applyProxyAuth(pa, cfg.BudgetLimits())
 	s.recordPatterns(pol)
 	// The candidate is reloaded with the live policy; its failure is its own.
 	s.loadShadow(cfg)
