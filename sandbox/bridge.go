@@ -15,10 +15,12 @@ import (
 // tier, per-execution host) listeners to netproxy, writing the attribution
 // frame before any byte of the client.
 type bridge struct {
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	lns   []net.Listener
-	conns map[net.Conn]struct{}
+	wg  sync.WaitGroup
+	mu  sync.Mutex
+	lns []net.Listener
+	// closers are other sockets served for the run (capture's resolver).
+	closers []io.Closer
+	conns   map[net.Conn]struct{}
 	// rejected counts connections refused by an admission check.
 	rejected atomic.Int64
 }
@@ -36,6 +38,19 @@ func (b *bridge) serve(ctx context.Context, l net.Listener, upstream string, tar
 // serveFiltered is serve with an admission check: a connection for which
 // admit returns false is closed before anything is dialled or framed.
 func (b *bridge) serveFiltered(ctx context.Context, l net.Listener, upstream string, target *ProxyTarget, admit func(net.Conn) bool) {
+	b.acceptLoop(l, func(c net.Conn) {
+		if admit != nil && !admit(c) {
+			b.rejected.Add(1)
+			c.Close()
+			return
+		}
+		b.relay(ctx, c, upstream, target)
+	})
+}
+
+// acceptLoop accepts on l until it is closed and runs handle for each
+// connection in a goroutine of its own; close waits for them.
+func (b *bridge) acceptLoop(l net.Listener, handle func(net.Conn)) {
 	b.mu.Lock()
 	b.lns = append(b.lns, l)
 	b.mu.Unlock()
@@ -58,12 +73,7 @@ func (b *bridge) serveFiltered(ctx context.Context, l net.Listener, upstream str
 			b.wg.Add(1)
 			go func() {
 				defer b.wg.Done()
-				if admit != nil && !admit(c) {
-					b.rejected.Add(1)
-					c.Close()
-					return
-				}
-				b.relay(ctx, c, upstream, target)
+				handle(c)
 			}()
 		}
 	}()
@@ -103,6 +113,12 @@ func (b *bridge) relay(ctx context.Context, client net.Conn, upstream string, ta
 		return
 	}
 	_ = up.SetWriteDeadline(time.Time{})
+	splice(client, up)
+}
+
+// splice copies both ways until each side has ended, half-closing as it
+// goes.
+func splice(client, up net.Conn) {
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
 		_, _ = io.Copy(dst, src)
@@ -136,6 +152,9 @@ func (b *bridge) close() {
 	b.mu.Lock()
 	for _, l := range b.lns {
 		_ = l.Close()
+	}
+	for _, c := range b.closers {
+		_ = c.Close()
 	}
 	for c := range b.conns {
 		_ = c.Close()

@@ -64,6 +64,11 @@ command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 [ -e /usr/include/stdio.h ] || need+=(libc6-dev)
 command -v setcap >/dev/null 2>&1 || need+=(libcap2-bin)
 [ -x /usr/bin/python3 ] || need+=(python3)
+# transparent capture (test/sandbox_capture_e2e_test.go): Debian's Node (20, ignores
+# NODE_USE_ENV_PROXY), nc, git http-backend
+[ -x /usr/bin/node ] || need+=(nodejs)
+command -v nc >/dev/null 2>&1 || need+=(netcat-openbsd)
+command -v git >/dev/null 2>&1 || need+=(git)
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0
