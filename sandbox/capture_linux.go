@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -197,12 +198,15 @@ func (c *capturer) connect(ctx context.Context, authority string) (net.Conn, []b
 	if err != nil {
 		return nil, nil, err
 	}
-	_ = up.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	if p.WriteFrame == nil || p.WriteFrame(up, p.Token) != nil {
+	// Frame and CONNECT in one write: one segment, one wake-up of netproxy.
+	var head bytes.Buffer
+	if p.WriteFrame == nil || p.WriteFrame(&head, p.Token) != nil {
 		up.Close()
 		return nil, nil, errors.New("frame not written")
 	}
-	if _, err := up.Write([]byte("CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n\r\n")); err != nil {
+	head.WriteString("CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n\r\n")
+	_ = up.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := up.Write(head.Bytes()); err != nil {
 		up.Close()
 		return nil, nil, err
 	}
