@@ -15,10 +15,10 @@ import (
 // tier, per-execution host) listeners to netproxy, writing the attribution
 // frame before any byte of the client.
 type bridge struct {
-	wg  sync.WaitGroup
-	mu  sync.Mutex
-	lns []net.Listener
-	// closers are other sockets served for the run (capture's resolver).
+	wg sync.WaitGroup
+	mu sync.Mutex
+	// closers are the sockets served for the run (listeners, capture's
+	// resolver); close closes them, which ends their serve loops.
 	closers []io.Closer
 	conns   map[net.Conn]struct{}
 	// rejected counts connections refused by an admission check.
@@ -48,15 +48,23 @@ func (b *bridge) serveFiltered(ctx context.Context, l net.Listener, upstream str
 	})
 }
 
-// acceptLoop accepts on l until it is closed and runs handle for each
-// connection in a goroutine of its own; close waits for them.
-func (b *bridge) acceptLoop(l net.Listener, handle func(net.Conn)) {
+// serveSocket runs serve in a goroutine close waits for; close closes c,
+// which ends serve.
+func (b *bridge) serveSocket(c io.Closer, serve func()) {
 	b.mu.Lock()
-	b.lns = append(b.lns, l)
+	b.closers = append(b.closers, c)
 	b.mu.Unlock()
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
+		serve()
+	}()
+}
+
+// acceptLoop accepts on l until it is closed and runs handle for each
+// connection in a goroutine of its own; close waits for them.
+func (b *bridge) acceptLoop(l net.Listener, handle func(net.Conn)) {
+	b.serveSocket(l, func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
@@ -76,7 +84,7 @@ func (b *bridge) acceptLoop(l net.Listener, handle func(net.Conn)) {
 				handle(c)
 			}()
 		}
-	}()
+	})
 }
 
 func (b *bridge) track(c net.Conn, on bool) {
@@ -150,9 +158,6 @@ func (b *bridge) refusedSignal() []string {
 // close stops accepting, tears down live relays and waits for them.
 func (b *bridge) close() {
 	b.mu.Lock()
-	for _, l := range b.lns {
-		_ = l.Close()
-	}
 	for _, c := range b.closers {
 		_ = c.Close()
 	}

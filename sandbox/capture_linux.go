@@ -84,23 +84,9 @@ func acceptCapture(ctx context.Context, br *bridge, p *ProxyTarget, fds []int) (
 	}
 	c := &capturer{pool: capture.NewDefaultPool(), target: p}
 	res := &capture.Resolver{Pool: c.pool}
-	br.mu.Lock()
-	br.closers = append(br.closers, pc)
-	br.mu.Unlock()
-	br.wg.Add(1)
-	go func() {
-		defer br.wg.Done()
-		_ = res.ServeUDP(ctx, pc)
-	}()
+	br.serveSocket(pc, func() { _ = res.ServeUDP(ctx, pc) })
 	tcpDNS := lns[0]
-	br.mu.Lock()
-	br.lns = append(br.lns, tcpDNS)
-	br.mu.Unlock()
-	br.wg.Add(1)
-	go func() {
-		defer br.wg.Done()
-		_ = res.ServeTCP(ctx, tcpDNS)
-	}()
+	br.serveSocket(tcpDNS, func() { _ = res.ServeTCP(ctx, tcpDNS) })
 	for _, l := range lns[1:] {
 		br.acceptLoop(l, func(conn net.Conn) { c.handle(ctx, br, conn) })
 	}

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"strconv"
 	"time"
 )
 
@@ -36,14 +35,5 @@ func ProbeCapture(ctx context.Context, initPath string, initArgs []string) TierP
 			WriteFrame: func(io.Writer, string) error { return nil }},
 		InitPath: initPath, InitArgs: initArgs, Timeout: 10 * time.Second,
 	})
-	p := TierProbe{Signals: res.Signals, Duration: res.Duration.Round(time.Microsecond).String()}
-	switch {
-	case err != nil:
-		p.Error = err.Error()
-	case res.ExitCode != 0:
-		p.Error = "true exited " + strconv.Itoa(res.ExitCode) + " " + res.Signal
-	default:
-		p.OK = true
-	}
-	return p
+	return probeOutcome(res, err)
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
-	"errors"
 	"io"
 	"net"
 	"sync"
@@ -26,14 +25,11 @@ func (r *Resolver) ServeTCP(ctx context.Context, l net.Listener) error {
 	for {
 		c, err := l.Accept()
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
+			retry, end := serveErr(ctx, err)
+			if !retry {
+				return end
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return err
+			continue
 		}
 		wg.Add(1)
 		go func() {
