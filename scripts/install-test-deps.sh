@@ -71,6 +71,11 @@ command -v setcap >/dev/null 2>&1 || need+=(libcap2-bin)
 # real Python clients: pip (test/request_rules_pip_test.go, test/proxy_auth_test.go) and requests
 /usr/bin/python3 -c 'import pip' >/dev/null 2>&1 || need+=(python3-pip)
 /usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || need+=(python3-requests)
+# transparent capture (test/sandbox_capture_e2e_test.go): Debian's Node (20, ignores
+# NODE_USE_ENV_PROXY), nc, git http-backend
+[ -x /usr/bin/node ] || need+=(nodejs)
+command -v nc >/dev/null 2>&1 || need+=(netcat-openbsd)
+command -v git >/dev/null 2>&1 || need+=(git)
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0
