@@ -43,6 +43,11 @@ type Conn struct {
 	// budgetAdm its admission stage, made at the first decision.
 	budget    *attribution.Budget
 	budgetAdm *budgetAdmit
+	// arrived is when the request being served arrived (set by decide);
+	// endCause the reason a closer from outside ended the connection
+	// (access.go: connection_end).
+	arrived  time.Time
+	endCause atomic.Uint32
 }
 
 // ExecIDs are what a connection keeps of its execution: the rest of the
@@ -233,6 +238,7 @@ func (t *Tracker) Shutdown(ctx context.Context) error {
 			}
 			t.mu.Unlock()
 			for _, c := range all {
+				setCause(&c.endCause, causeShutdown)
 				c.Close()
 			}
 			return ctx.Err()
