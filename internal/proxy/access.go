@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/netproxy/netproxy/hostpolicy"
@@ -49,6 +50,9 @@ const (
 	causeShutdown
 	causeRefused
 	causeError
+	// causeReset: a reset seen reading one side; the reader names the side
+	// (tunnelAccess.readFailed). Never written as such.
+	causeReset
 )
 
 var causeNames = [...]string{"", EndComplete, EndClientClosed, EndUpstreamClosed, EndIdleTimeout,
@@ -168,7 +172,20 @@ func (a *tunnelAccess) count(dir int, n int64) {
 	}
 }
 
+// readFailed records how waiting to read direction dir's source ended: a
+// reset is that side's close.
+func (a *tunnelAccess) readFailed(dir int, err error) {
+	c := errCause(err)
+	if c == causeReset {
+		c = eofCause[dir]
+	}
+	a.setCause(c)
+}
+
 func (a *tunnelAccess) setCause(c endCause) {
+	if c == causeReset {
+		c = causeError // a reset on a copy: which side is unknown
+	}
 	if a != nil {
 		setCause(&a.cause, c)
 	}
@@ -194,6 +211,8 @@ var eofCause = [2]endCause{causeClient, causeUpstream}
 // errCause is the cause of a direction that ended with err.
 func errCause(err error) endCause {
 	switch {
+	case errors.Is(err, syscall.ECONNRESET):
+		return causeReset
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return causeIdle
 	case errors.Is(err, errBudget):
@@ -208,7 +227,9 @@ func errCause(err error) endCause {
 // which it wraps.
 type mitmAccess struct {
 	tunnelAccess
-	lastErr atomic.Pointer[error] // the client connection's last read error
+	firstErr atomic.Pointer[error] // the client connection's first read error
+	lastRead atomic.Int64          // unix nanos of its last read with data
+	idle     time.Duration         // the interceptor's idle limit
 }
 
 // endConn is the intercepted client connection: it remembers how reading
@@ -220,8 +241,11 @@ type endConn struct {
 
 func (e *endConn) Read(p []byte) (int, error) {
 	n, err := e.Conn.Read(p)
+	if n > 0 {
+		e.a.lastRead.Store(time.Now().UnixNano())
+	}
 	if err != nil {
-		e.a.lastErr.Store(&err)
+		e.a.firstErr.CompareAndSwap(nil, &err)
 	}
 	return n, err
 }
@@ -230,10 +254,17 @@ func (e *endConn) Close() error {
 	err := e.Conn.Close()
 	a := e.a
 	cause := causeClient // the client ended the TLS session (close_notify)
-	if p := a.lastErr.Load(); p != nil {
+	if p := a.firstErr.Load(); p != nil {
 		switch rerr := *p; {
-		case errors.Is(rerr, io.EOF):
+		case errors.Is(rerr, io.EOF), errors.Is(rerr, syscall.ECONNRESET):
 			cause = causeClient
+		case errors.Is(rerr, net.ErrClosed):
+			// The interceptor closed the session itself: its HTTP/2
+			// server after the idle limit, else after a final exchange.
+			cause = causeComplete
+			if quiet := time.Since(time.Unix(0, a.lastRead.Load())); a.idle > 0 && quiet >= a.idle-time.Second {
+				cause = causeIdle
+			}
 		default:
 			cause = errCause(rerr)
 		}
@@ -254,6 +285,13 @@ func (c *Core) interceptAccess(conn *Conn, client net.Conn, d *hostpolicy.Decisi
 		method = "CONNECT"
 	}
 	a := &mitmAccess{tunnelAccess: tunnelAccess{core: c, conn: conn, rec: recFor(conn, d, proto, method)}}
+	a.lastRead.Store(time.Now().UnixNano())
+	if c.MITM != nil {
+		a.idle = c.MITM.Idle
+		if a.idle <= 0 {
+			a.idle = 5 * time.Minute // the interceptor's default
+		}
+	}
 	host, port := d.Host, d.Port
 	ended := func(x mitm.Exchange) {
 		r := accessRec{started: x.Started, proto: hostpolicy.ProtoHTTPS, host: host, port: port, method: x.Method}

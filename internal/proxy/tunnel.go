@@ -245,7 +245,7 @@ func (t *Tunnel) runDir(dir int) {
 			return
 		}
 		if err != nil {
-			t.acc.setCause(errCause(err))
+			t.acc.readFailed(dir, err)
 			t.abort()
 			t.dirEnded()
 			return
