@@ -283,12 +283,7 @@ func TestAccessLogRequestsAndTunnels(t *testing.T) {
 // bytes) and one for the tunnel (CONNECT, no status, the inner bytes).
 func TestAccessLogIntercepted(t *testing.T) {
 	up := StartUpstream(t, true)
-	cfg := StdConfig()
-	cfg.Mode = "limited"
-	cfg.Extra = "[mitm]\nenabled = true\nca_cert = \"ca.pem\"\nca_key = \"ca-key.pem\"\nupstream_ca = \"upstream.pem\"\n"
-	p := WriteProxyConfig(t, cfg)
-	writeMITMFiles(t, p.Dir, up)
-	p.Start(t)
+	p, _ := startLimitedMITM(t, up, "10s")
 	ca := filepath.Join(p.Dir, "ca.pem")
 	r := Curl(t, "-x", "http://"+p.HTTP, "--cacert", ca, up.URL("up.test", "/hello"))
 	if r.Exit != 0 || r.Stdout != Hello {

@@ -146,23 +146,5 @@ func BenchmarkHTTPKeepAliveAudited(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer w.Close(b.Context())
-	s := newStackWith(b, testPolicy, Limits{}, stackParts{sink: w, ends: w})
-	c, err := net.Dial("tcp", s.httpAddr)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	br := bufio.NewReader(c)
-	req := fmt.Sprintf("GET http://up.test:%d/ HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", port, port)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		io.WriteString(c, req)
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
+	benchKeepAlive(b, newStackWith(b, testPolicy, Limits{}, stackParts{sink: w, ends: w}), port)
 }

@@ -283,10 +283,7 @@ func (w *Writer) ObserveDecision(e observe.DecisionEvent) {
 	}
 	// An unattributed request belongs to the default session and
 	// environment (SPEC §4.3), as its approvals do.
-	session, env := r.SessionID, r.EnvironmentID
-	if r.ExecutionID == "" {
-		session, env = cmp.Or(session, attribution.DefaultSession), cmp.Or(env, attribution.DefaultSession)
-	}
+	session, env := sessionOf(r.ExecutionID, r.SessionID, r.EnvironmentID)
 	started := e.Started
 	if started.IsZero() {
 		started = e.Time // decided on arrival
@@ -315,6 +312,15 @@ func (w *Writer) ObserveDecision(e observe.DecisionEvent) {
 		Rule:          ruleIndex(d),
 		Shadow:        shadowRecord(d.Shadow),
 	})
+}
+
+// sessionOf is the session and environment a line names: an unattributed
+// request or connection belongs to the default ones (SPEC §4.3).
+func sessionOf(execution, session, env string) (string, string) {
+	if execution == "" {
+		return cmp.Or(session, attribution.DefaultSession), cmp.Or(env, attribution.DefaultSession)
+	}
+	return session, env
 }
 
 // ruleIndex is the deciding request rule's index, or nil.
@@ -365,10 +371,7 @@ func (w *Writer) ConnectionClosed(e observe.ConnectionClosedEvent) {
 	if w == nil {
 		return
 	}
-	session, env := e.SessionID, e.EnvironmentID
-	if e.ExecutionID == "" {
-		session, env = cmp.Or(session, attribution.DefaultSession), cmp.Or(env, attribution.DefaultSession)
-	}
+	session, env := sessionOf(e.ExecutionID, e.SessionID, e.EnvironmentID)
 	source := "baseline_policy"
 	if e.Reason == "proxy_disabled" || e.Reason == "execution_ended" {
 		// The proxy's own state (network.enabled, the execution
@@ -397,10 +400,7 @@ func (w *Writer) ConnectionEnd(e observe.ConnectionEndEvent) {
 	if w == nil {
 		return
 	}
-	session, env := e.SessionID, e.EnvironmentID
-	if e.ExecutionID == "" {
-		session, env = cmp.Or(session, attribution.DefaultSession), cmp.Or(env, attribution.DefaultSession)
-	}
+	session, env := sessionOf(e.ExecutionID, e.SessionID, e.EnvironmentID)
 	w.enqueue(Record{
 		Time:          e.Time,
 		Started:       e.Started,
