@@ -36,6 +36,11 @@ type Conn struct {
 	// revoked is set once a change closed it.
 	flow    atomic.Pointer[flow]
 	revoked atomic.Bool
+	// arrived is when the request being served arrived (set by decide);
+	// endCause the reason a closer from outside ended the connection
+	// (access.go: connection_end).
+	arrived  time.Time
+	endCause atomic.Uint32
 	// tunnel is the tunnel the connection became, if any: closing the
 	// connection from outside ends it, parked directions included.
 	tunnel atomic.Pointer[Tunnel]
@@ -43,11 +48,6 @@ type Conn struct {
 	// budgetAdm its admission stage, made at the first decision.
 	budget    *attribution.Budget
 	budgetAdm *budgetAdmit
-	// arrived is when the request being served arrived (set by decide);
-	// endCause the reason a closer from outside ended the connection
-	// (access.go: connection_end).
-	arrived  time.Time
-	endCause atomic.Uint32
 }
 
 // ExecIDs are what a connection keeps of its execution: the rest of the

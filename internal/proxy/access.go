@@ -98,15 +98,15 @@ func (c *Core) ended(conn *Conn, r *accessRec, out, in int64, status int, cause 
 	if cause == causeNone || int(cause) >= len(causeNames) {
 		cause = causeError
 	}
+	// The client and session as the request's decision line names them.
+	req := c.request(conn, r.host, r.port, r.proto, r.method)
 	ev := observe.ConnectionEndEvent{
 		Time: time.Now(), Started: r.started, Protocol: r.proto, Host: r.host, Port: r.port, Method: r.method,
-		Client: conn.clientAddr(), BytesOut: out, BytesIn: in, Status: status, Close: causeNames[cause],
+		Client: req.Client, ExecutionID: req.ExecutionID, SessionID: req.SessionID, EnvironmentID: req.EnvironmentID,
+		BytesOut: out, BytesIn: in, Status: status, Close: causeNames[cause],
 	}
 	if ev.Started.IsZero() {
 		ev.Started = ev.Time
-	}
-	if conn.Attributed {
-		ev.ExecutionID, ev.SessionID, ev.EnvironmentID = conn.Exec.ID, conn.Exec.SessionID, conn.Exec.EnvironmentID
 	}
 	c.Ends.ConnectionEnd(ev)
 }
