@@ -36,6 +36,11 @@ type Conn struct {
 	// revoked is set once a change closed it.
 	flow    atomic.Pointer[flow]
 	revoked atomic.Bool
+	// arrived is when the request being served arrived (set by decide);
+	// endCause the reason a closer from outside ended the connection
+	// (access.go: connection_end).
+	arrived  time.Time
+	endCause atomic.Uint32
 	// tunnel is the tunnel the connection became, if any: closing the
 	// connection from outside ends it, parked directions included.
 	tunnel atomic.Pointer[Tunnel]
@@ -236,6 +241,7 @@ func (t *Tracker) Shutdown(ctx context.Context) error {
 			}
 			t.mu.Unlock()
 			for _, c := range all {
+				setCause(&c.endCause, causeShutdown)
 				c.Close()
 			}
 			return ctx.Err()

@@ -217,6 +217,9 @@ type plainConn struct {
 	cutBody        func()
 	on1xx          func(code int, h http.Header)
 	clientContinue bool // the current request sent Expect: 100-continue
+	// end is what forward learnt of the current exchange, for its access
+	// record (access.go).
+	end exchangeEnd
 }
 
 func newPlainConn(ctx context.Context, c *Conn, br *bufio.Reader, bw *bufio.Writer, cancel context.CancelFunc) *plainConn {
@@ -304,6 +307,7 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 		if !body {
 			pc.watch.disarm()
 		}
+		h.core.plainEnded(c, &d, req.Method, &exchangeEnd{cause: causePolicy})
 		return connClose // a change since the decision closed the connection
 	}
 	if !h.credentialHook(c, bw, req, d) { // credential broker (docs/credentials.md)
@@ -314,5 +318,8 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 		}
 		return connClose
 	}
-	return h.forward(pc, req, authority, d, gen, body)
+	pc.end = exchangeEnd{}
+	next := h.forward(pc, req, authority, d, gen, body)
+	h.core.plainEnded(c, &d, req.Method, &pc.end)
+	return next
 }

@@ -81,6 +81,7 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 		budget: h.core.tunnelBudget(c),
 	}
 	t.TLSName, t.OnTLSMismatch = h.core.tlsNameCheck(c, d, hostpolicy.ProtoHTTPS, http.MethodConnect)
+	t.acc = h.core.tunnelAccess(c, &d, hostpolicy.ProtoHTTPS, http.MethodConnect, 0)
 	// The handler goroutine (with its larger stack) ends here; the tunnel
 	// runs on fresh goroutines.
 	t.Start(&h.wg)

@@ -128,6 +128,7 @@ func (core *Core) closeFor(c *Conn, reason string) bool {
 		return false
 	}
 	f := c.flow.Load()
+	setCause(&c.endCause, closeCause(reason)) // before the close: the relay's end reads it
 	if f != nil && f.upstream != nil {
 		f.upstream.Close() // no byte more reaches the upstream
 	}

@@ -44,6 +44,9 @@ type Options struct {
 	// ConnectionSink receives every open connection closed by a change
 	// (SPEC §3.9: the audit's connection_closed lines); nil: none.
 	ConnectionSink observe.ConnectionSink
+	// EndSink receives the end of every allowed request and connection
+	// (SPEC §7.5: the audit's connection_end lines); nil: none.
+	EndSink observe.ConnectionEndSink
 	// ApprovalsControl serves POST /v1/approvals on the control socket.
 	ApprovalsControl http.Handler
 	// AdminToken overrides the token read from the variable named by
@@ -266,6 +269,7 @@ func (s *Server) buildDataPath(cfg *config.Config) error {
 	core := &proxy.Core{
 		Parker:     parker,
 		Closed:     opts.ConnectionSink,
+		Ends:       opts.EndSink,
 		Instance:   instance,
 		Pipeline:   s.eval,
 		Dialer:     s.dialer,
