@@ -27,6 +27,10 @@ import (
 // or ip:port (any other). netproxy judges it as that explicit request; a
 // non-2xx answer resets the client.
 
+// captureHeader marks a captured connection's CONNECT (netproxy's
+// proxy.CaptureHeader; docs/proxy.md "Captured connections").
+const captureHeader = "X-Netproxy-Capture: 1"
+
 // capturer is one run's capture.
 type capturer struct {
 	pool     *capture.Pool
@@ -190,7 +194,9 @@ func (c *capturer) connect(ctx context.Context, authority string) (net.Conn, []b
 		up.Close()
 		return nil, nil, errors.New("frame not written")
 	}
-	head.WriteString("CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n\r\n")
+	// The capture header lets netproxy serve plain HTTP on the tunnel
+	// request by request (internal/proxy/capturehttp.go).
+	head.WriteString("CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n" + captureHeader + "\r\n\r\n")
 	_ = up.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	if _, err := up.Write(head.Bytes()); err != nil {
 		up.Close()

@@ -70,14 +70,23 @@ var (
 )
 
 // ServeConn runs the request loop of one client connection.
-func (h *HTTPProxy) ServeConn(ctx context.Context, c *Conn) {
+func (h *HTTPProxy) ServeConn(ctx context.Context, c *Conn) { h.serveConnFrom(ctx, c, nil, "") }
+
+// serveConnFrom is ServeConn for a connection whose first bytes pre were
+// already read, bound to authority when it is a captured connection's
+// (capturehttp.go; "" for the listener's own).
+func (h *HTTPProxy) serveConnFrom(ctx context.Context, c *Conn, pre []byte, bound string) {
 	closeConn := true
 	defer func() {
 		if closeConn {
 			c.Close()
 		}
 	}()
-	sc := &headScanner{r: c, maxBytes: h.limits.MaxHeaderBytes, maxLines: h.limits.MaxHeaders}
+	var r io.Reader = c
+	if len(pre) > 0 {
+		r = &earlyConn{Conn: c, early: pre}
+	}
+	sc := &headScanner{r: r, maxBytes: h.limits.MaxHeaderBytes, maxLines: h.limits.MaxHeaders}
 	br := readerPool.Get().(*bufio.Reader)
 	br.Reset(sc)
 	bw := writerPool.Get().(*bufio.Writer)
@@ -90,6 +99,14 @@ func (h *HTTPProxy) ServeConn(ctx context.Context, c *Conn) {
 		bw.Reset(nil)
 		writerPool.Put(bw)
 	}()
+	closeConn = h.serveRequests(ctx, c, sc, br, bw, bound)
+}
+
+// serveRequests is the request loop over a connection's head scanner and
+// buffers; bound is "" or a captured connection's authority, which every
+// request must target (capturehttp.go). It reports whether the caller
+// must close c (false: a tunnel or an upgrade owns it now).
+func (h *HTTPProxy) serveRequests(ctx context.Context, c *Conn, sc *headScanner, br *bufio.Reader, bw *bufio.Writer, bound string) bool {
 	// Per-request state that lives as long as the connection: its context
 	// (cancelled when the client vanishes), the watch and the response
 	// writer are reused by every request instead of allocated per request.
@@ -102,11 +119,11 @@ func (h *HTTPProxy) ServeConn(ctx context.Context, c *Conn) {
 			// Keep-alive: wait for the next request's first byte.
 			c.setIdle(true)
 			if h.core.Tracker != nil && h.core.Tracker.Draining() {
-				return
+				return true
 			}
 			c.SetReadDeadline(time.Now().Add(h.limits.IdleTimeout))
 			if _, err := br.Peek(1); err != nil {
-				return
+				return true
 			}
 			c.setIdle(false)
 		}
@@ -135,31 +152,35 @@ func (h *HTTPProxy) ServeConn(ctx context.Context, c *Conn) {
 			default:
 				writeSimple(bw, http.StatusBadRequest, "malformed request")
 			}
-			return
+			return true
 		}
 		// The head's read deadline stays set: a body-less request reads
 		// nothing more from the client (saving a deadline change per
 		// request); every other path clears it before reading on.
 		if !h.core.stillAttributed(c) {
-			return // the execution ended: its connections go with it
+			return true // the execution ended: its connections go with it
+		}
+		hostHdr := sc.hostValue()
+		if bound != "" {
+			var ok bool
+			if hostHdr, ok = boundTarget(bw, req, hostHdr, bound); !ok {
+				return true
+			}
 		}
 		if req.Method == http.MethodConnect {
 			c.SetReadDeadline(time.Time{})
-			if h.serveConnect(ctx, c, br, bw, req) {
-				closeConn = false // the tunnel owns the connection now
-			}
-			return
+			// true: the tunnel owns the connection now
+			return !h.serveConnect(ctx, c, sc, br, bw, req)
 		}
-		switch h.servePlain(pc, req, sc.hostValue()) {
+		switch h.servePlain(pc, req, hostHdr) {
 		case connKeep:
 			if cctx.Err() != nil {
-				return
+				return true
 			}
 		case connTaken:
-			closeConn = false
-			return
+			return false
 		default:
-			return
+			return true
 		}
 	}
 }

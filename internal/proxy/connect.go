@@ -13,7 +13,7 @@ import (
 // when allowed the connection becomes a byte tunnel (tunnel.go) or, in
 // limited mode with MITM configured, an intercepted TLS session (mitm.go).
 
-func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader, bw *bufio.Writer, req *http.Request) bool {
+func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, sc *headScanner, br *bufio.Reader, bw *bufio.Writer, req *http.Request) bool {
 	authority := req.URL.Host
 	if authority == "" {
 		authority = req.Host
@@ -36,7 +36,18 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 		return false
 	}
 	gen := c.generation()
-	d := h.core.decideIdentified(func() hostpolicy.Decision { return h.core.decideWatching(ctx, c, hreq) }, hreq, authCause)
+	// A captured connection's CONNECT (capturehttp.go) may hold a
+	// limited-mode refusal until its stream shows what it carries.
+	cp := h.capturedConnect(ctx, c, sc, br, bw, req, hreq, authority)
+	d := h.core.decideIdentified(func() hostpolicy.Decision {
+		if cp != nil {
+			return cp.decide()
+		}
+		return h.core.decideWatching(ctx, c, hreq)
+	}, hreq, authCause)
+	if cp.held() {
+		return cp.servePending(d)
+	}
 	if !d.Allowed() {
 		writeBlockedText(bw, d)
 		return false
@@ -46,6 +57,9 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 		if n := br.Buffered(); n > 0 {
 			early, _ = br.Peek(n)
 			early = append([]byte(nil), early...)
+		}
+		if cp != nil {
+			return cp.serveIntercepted(d, gen)
 		}
 		if !h.core.bindTunnel(c, &d, hostpolicy.ProtoHTTPS, nil, gen) {
 			return false
@@ -82,6 +96,7 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 	}
 	t.TLSName, t.OnTLSMismatch = h.core.tlsNameCheck(c, d, hostpolicy.ProtoHTTPS, http.MethodConnect)
 	t.acc = h.core.tunnelAccess(c, &d, hostpolicy.ProtoHTTPS, http.MethodConnect, 0)
+	t.capture = cp.tunnel() // its first client bytes may be plain HTTP
 	// The handler goroutine (with its larger stack) ends here; the tunnel
 	// runs on fresh goroutines.
 	t.Start(&h.wg)

@@ -139,6 +139,15 @@ func (c *Core) run(ctx context.Context, req hostpolicy.Request, o hostpolicy.Run
 // decision's time (after any review) and the arrival (SPEC §7.5 ts and
 // started).
 func (c *Core) runFrom(ctx context.Context, req hostpolicy.Request, o hostpolicy.RunOptions, start time.Time) hostpolicy.Decision {
+	d := c.runUnreported(ctx, req, o)
+	c.report(req, d, start, time.Now())
+	return d
+}
+
+// runUnreported runs the pipeline without telling the sinks (report does;
+// capturehttp.go holds a captured CONNECT's decision until its stream shows
+// what it carries).
+func (c *Core) runUnreported(ctx context.Context, req hostpolicy.Request, o hostpolicy.RunOptions) hostpolicy.Decision {
 	// No pipeline wired: nothing may pass.
 	d := hostpolicy.Decision{Verdict: hostpolicy.Deny, Reason: hostpolicy.ReasonProxyDisabled, Source: hostpolicy.SourceProxyState}
 	if c.Pipeline != nil {
@@ -151,11 +160,15 @@ func (c *Core) runFrom(ctx context.Context, req hostpolicy.Request, o hostpolicy
 	if d.Port == 0 {
 		d.Port = req.Port
 	}
-	now := time.Now()
+	return d
+}
+
+// report hands a decision made at now, of a request that arrived at
+// start, to the sinks.
+func (c *Core) report(req hostpolicy.Request, d hostpolicy.Decision, start, now time.Time) {
 	elapsed := now.Sub(start)
 	if c.Sink != nil {
 		c.Sink.ObserveDecision(observe.DecisionEvent{Time: now, Started: start, Request: req, Decision: d, Elapsed: elapsed})
 	}
 	// Logging the decision is a sink's job too (logging.DecisionLog).
-	return d
 }

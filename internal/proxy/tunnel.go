@@ -63,6 +63,11 @@ type Tunnel struct {
 	budget *tunnelBudget
 	// acc is the tunnel's access record (access.go); nil: none.
 	acc *tunnelAccess
+	// capture, set on a captured connection's tunnel, takes the client's
+	// connection over when its first bytes are plain HTTP (capturehttp.go);
+	// handedOver is then set, and the tunnel ends without closing it.
+	capture    *captureConnect
+	handedOver atomic.Bool
 }
 
 // The two directions. up: client → upstream; down: upstream → client.
@@ -95,7 +100,7 @@ func (t *Tunnel) Start(wg *sync.WaitGroup) {
 		// Both directions start parked: one with bytes already queued is
 		// resumed at once (epoll reports a ready socket when it is added),
 		// and a tunnel that carries nothing never takes a goroutine.
-		if t.TLSName != "" && len(t.Early) > 0 {
+		if t.peeksFirst() && len(t.Early) > 0 {
 			// The ClientHello came with the request: check it now.
 			go t.runDir(dirUp)
 		} else {
@@ -129,7 +134,7 @@ func (t *Tunnel) prepare() bool {
 			return false // closed before the hook was in place
 		}
 	}
-	if len(t.Early) > 0 && t.TLSName == "" { // else checkTLSName sends them
+	if len(t.Early) > 0 && !t.peeksFirst() { // else checkTLSName sends them
 		n, err := t.Upstream.Write(t.Early)
 		t.Meter.Bytes("up", string(t.Protocol), int64(n))
 		t.budget.count(dirUp, int64(n))
@@ -170,7 +175,9 @@ func (t *Tunnel) abort() {
 	if !t.aborted.CompareAndSwap(false, true) {
 		return
 	}
-	t.Client.Close()
+	if !t.handedOver.Load() {
+		t.Client.Close()
+	}
 	t.Upstream.Close()
 	if t.Parker != nil {
 		for _, parked := range t.Parker.takeTunnel(t) {
@@ -194,9 +201,11 @@ func (t *Tunnel) dirEnded() {
 // finish closes both sockets and the owner, once both directions ended.
 func (t *Tunnel) finish() {
 	t.aborted.Store(true)
-	t.Client.Close()
+	if !t.handedOver.Load() {
+		t.Client.Close()
+	}
 	t.Upstream.Close()
-	if t.Owner != nil {
+	if t.Owner != nil && !t.handedOver.Load() {
 		t.Owner.Close()
 	}
 	t.acc.done() // before onFinish: a shutdown waits for the line
@@ -231,10 +240,7 @@ func (t *Tunnel) resume(dir int) {
 // error it closes both so the other direction stops too.
 func (t *Tunnel) runDir(dir int) {
 	dst, src := t.ends(dir)
-	if dir == dirUp && t.TLSName != "" && len(t.Early) > 0 && !t.checkTLSName() {
-		t.acc.setCause(causePolicy)
-		t.abort()
-		t.dirEnded()
+	if dir == dirUp && t.peeksFirst() && len(t.Early) > 0 && !t.firstBytes() {
 		return
 	}
 	for {
@@ -250,10 +256,7 @@ func (t *Tunnel) runDir(dir int) {
 			t.dirEnded()
 			return
 		}
-		if dir == dirUp && t.TLSName != "" && avail > 0 && !t.checkTLSName() {
-			t.acc.setCause(causePolicy)
-			t.abort()
-			t.dirEnded()
+		if dir == dirUp && t.peeksFirst() && avail > 0 && !t.firstBytes() {
 			return
 		}
 		if avail == 0 { // orderly EOF

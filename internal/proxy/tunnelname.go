@@ -17,12 +17,39 @@ import (
 // past it the tunnel is closed (real clients send it in one write).
 const tlsPeekWait = 10 * time.Second
 
+// peeksFirst: the client's first bytes are still to be checked.
+func (t *Tunnel) peeksFirst() bool {
+	return t.TLSName != "" || t.capture != nil && !t.capture.checked
+}
+
+// firstBytes runs the first bytes' check on the client→upstream
+// direction; false: that direction is over (the tunnel ended, or its
+// client connection went on as plain HTTP).
+func (t *Tunnel) firstBytes() bool {
+	if t.checkTLSName() {
+		return true
+	}
+	if t.handedOver.Load() {
+		t.dirEnded()
+		t.capture.serveHandedOver()
+		return false
+	}
+	t.acc.setCause(causePolicy)
+	t.abort()
+	t.dirEnded()
+	return false
+}
+
 // checkTLSName reads the client's first bytes (the early ones first) until
 // parseClientHello decides, then forwards them or ends the tunnel; false:
-// the tunnel must end (the caller aborts it). It runs once per tunnel.
+// the tunnel must end (the caller aborts it), or a captured connection's
+// plain HTTP took the client over (handedOver). It runs once per tunnel.
 func (t *Tunnel) checkTLSName() bool {
 	name := t.TLSName
 	t.TLSName = ""
+	if t.capture != nil {
+		t.capture.checked = true
+	}
 	buf := t.Early
 	t.Early = nil
 	t.Client.SetReadDeadline(time.Now().Add(tlsPeekWait))
@@ -30,9 +57,18 @@ func (t *Tunnel) checkTLSName() bool {
 		names, v := parseClientHello(buf)
 		switch v {
 		case helloNotTLS:
+			if t.capture != nil {
+				var taken bool
+				if buf, taken = t.capture.takeOver(t, buf); taken {
+					return false
+				}
+			}
 			return t.forwardPeeked(buf)
 		case helloName:
 			for _, n := range names {
+				if name == "" {
+					break // a captured tunnel without the name check
+				}
 				if got, err := hostname.Normalize(n); err != nil || got != name {
 					t.tlsMismatch(n)
 					return false
