@@ -185,16 +185,18 @@ func (cp *captureConnect) serveHandedOver() {
 
 // boundTarget checks a request on a captured connection against the
 // connection's authority: no CONNECT inside, an absolute-form target and
-// a Host header (when present) naming that authority, which becomes the
-// request's Host. False: answered, the connection must close.
+// a Host header (when present) naming that authority — a Host without a
+// port names the connection's — which becomes the request's target.
+// False: answered, the connection must close.
 func boundTarget(bw *bufio.Writer, req *http.Request, hostHdr, bound string) (string, bool) {
+	_, port, _ := splitHostPort(bound, 80)
 	msg := ""
 	switch {
 	case req.Method == http.MethodConnect:
 		msg = "CONNECT inside a captured connection"
 	case req.URL.IsAbs() && !sameAuthority(req.URL.Host, bound, 80):
 		msg = "request target is not the captured connection's destination"
-	case hostHdr != "" && !sameAuthority(hostHdr, bound, 80):
+	case hostHdr != "" && !sameAuthority(hostHdr, bound, port):
 		msg = "Host header does not match the captured connection's destination"
 	}
 	if msg != "" {
