@@ -17,6 +17,8 @@
 //     pool of upstream keep-alive connections.
 //   - tunnel.go, tunnelpark.go: byte-copying tunnels, and the parker that
 //     holds their quiet directions without a goroutine.
+//   - capturehttp.go: a sandbox's captured connection (a CONNECT marked
+//     by execwrap) whose stream is plain HTTP, served request by request.
 //   - mitm.go, credentials.go: intercepted tunnels (inner requests
 //     re-checked through the pipeline) and the credential broker's hooks.
 //   - access.go: the access record (connection_end) that ends every
