@@ -21,8 +21,8 @@ import (
 )
 
 // browserTab starts a headless Chromium tab (120 s budget) whose console
-// errors are collected.
-func browserTab(t *testing.T) (context.Context, *browserConsole) {
+// errors are collected; extra adds browser flags (e.g. a proxy).
+func browserTab(t *testing.T, extra ...chromedp.ExecAllocatorOption) (context.Context, *browserConsole) {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(browserChromium(t)),
@@ -39,6 +39,7 @@ func browserTab(t *testing.T) (context.Context, *browserConsole) {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1366, 900),
 	}
+	opts = append(opts, extra...)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelAlloc)
 	ctx, cancelTab := chromedp.NewContext(allocCtx)
