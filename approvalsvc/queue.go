@@ -64,6 +64,9 @@ type Approval struct {
 	DecidedAt string `json:"decided_at"`
 	Decision  string `json:"decision"`
 	Reviewer  string `json:"reviewer"`
+	// Waiting is how many requests wait on a pending review now; 0 when
+	// every requester left (it stays decidable; SPEC §5) and once decided.
+	Waiting int `json:"waiting"`
 
 	Rationale          string   `json:"rationale,omitempty"`
 	SandboxPermissions string   `json:"sandbox_permissions,omitempty"`
@@ -71,6 +74,16 @@ type Approval struct {
 	ProposedAmendment  []string `json:"proposed_amendment,omitempty"`
 
 	created time.Time
+	// flight is the review's single flight while pending (for Waiting).
+	flight *flight
+}
+
+// current is a with Waiting as of now.
+func (a Approval) current() Approval {
+	if a.flight != nil {
+		a.Waiting = int(a.flight.waiting.Load())
+	}
+	return a
 }
 
 // userDecision is what a reviewer posted.
@@ -118,7 +131,7 @@ func (q *queue) get(id string) (Approval, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if e, ok := q.pending[id]; ok {
-		return e.a, true
+		return e.a.current(), true
 	}
 	return Approval{}, false
 }
@@ -150,7 +163,7 @@ func (q *queue) list(status string) []Approval {
 	out := []Approval{}
 	if status == "" || status == StatusPending {
 		for _, e := range q.pending {
-			out = append(out, e.a)
+			out = append(out, e.a.current())
 		}
 		sort.Slice(out, func(i, j int) bool {
 			if !out[i].created.Equal(out[j].created) {
@@ -220,7 +233,7 @@ func (s *Service) askUser(ctx context.Context, a Approval) string {
 	e := s.queue.add(a)
 	s.metrics.ApprovalPending(1)
 	defer s.metrics.ApprovalPending(-1)
-	s.bus.publish(EventApprovalCreated, a)
+	s.bus.publish(EventApprovalCreated, a.current())
 	if s.coord != nil && a.Kind == KindNetwork {
 		octx, cancel := context.WithTimeout(ctx, coordTimeout)
 		err := s.coord.Open(octx, a, ReviewKey{Session: a.SessionID, Env: a.EnvironmentID, Host: a.Host, Protocol: a.Protocol, Port: a.Port})

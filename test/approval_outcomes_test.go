@@ -40,7 +40,10 @@ func outcomeConfig(extra string) ProxyConfig {
 	}
 	cfg.Domains = append(cfg.Domains, [2]string{"page.test", "allow"})
 	// Extra lands right after the [approvals] table: these keys are its own.
-	cfg.Extra = "client_wait = \"2s\"\n" + extra
+	if !strings.Contains(extra, "client_wait") {
+		extra = "client_wait = \"2s\"\n" + extra
+	}
+	cfg.Extra = extra
 	return cfg
 }
 
@@ -172,15 +175,20 @@ func TestApprovalOutcomeCurl(t *testing.T) {
 	if pa.ID != id || pa.Waiting == nil || *pa.Waiting != 0 {
 		t.Fatalf("pending approval %+v (waiting %v), want id %s waiting 0", pa, pa.Waiting, id)
 	}
-	cmd := NetproxyCmd(t, p, "approvals", "--admin", "http://"+p.Admin, "show", id)
-	out, err := cmd.CombinedOutput()
-	if err != nil || !regexp.MustCompile(`(?m)^waiting:\s+0$`).Match(out) {
-		t.Fatalf("netproxy approvals show: %v\n%s", err, out)
+	cli := func(args ...string) string {
+		cmd := NetproxyCmd(t, p, append([]string{"approvals", "--admin", "http://" + p.Admin}, args...)...)
+		cmd.Env = append(cmd.Env, "NETPROXY_ADMIN_TOKEN="+p.Token)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("netproxy approvals %v: %v\n%s", args, err, out)
+		}
+		return string(out)
 	}
-	cmd = NetproxyCmd(t, p, "approvals", "--admin", "http://"+p.Admin, "list")
-	out, err = cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "WAITING") {
-		t.Fatalf("netproxy approvals list shows no WAITING column: %v\n%s", err, out)
+	if out := cli("show", id); !regexp.MustCompile(`(?m)^waiting:\s+0$`).MatchString(out) {
+		t.Fatalf("netproxy approvals show does not say waiting: 0:\n%s", out)
+	}
+	if out := cli("list"); !regexp.MustCompile(`WAITING(.|\n)*alpha\.test:\d+\s+http\s+0\s`).MatchString(out) {
+		t.Fatalf("netproxy approvals list does not show waiting 0:\n%s", out)
 	}
 
 	// x-proxy-approval-wait: 0 answers at once and joins the open review.
@@ -342,7 +350,7 @@ func TestApprovalOutcomeOverloaded(t *testing.T) {
 func TestApprovalOutcomeTimedOut(t *testing.T) {
 	up := StartUpstream(t, false)
 	// client_wait longer than the review: the requester sees the timeout.
-	p := outcomeProxy(t, "", "3s")
+	p := outcomeProxy(t, "client_wait = \"25s\"\n", "3s")
 	b, _ := os.ReadFile(p.ConfigPath)
 	if !strings.Contains(string(b), `timeout = "3s"`) {
 		t.Fatalf("config: %s", b)

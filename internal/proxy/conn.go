@@ -283,6 +283,14 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method)
 	hreq.Path = requestPath(req)
 	hreq.Upgrade = carriesUpgrade(req.Header)
+	if !withApprovalWait(bw, req.Method, req.Header, &hreq) {
+		if !body {
+			pc.watch.disarm()
+		} else {
+			lingerClose(c)
+		}
+		return connClose
+	}
 	d := h.core.decide(pc.ctx, c, hreq)
 	if !d.Allowed() {
 		if !body {
