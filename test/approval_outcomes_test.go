@@ -22,6 +22,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -462,7 +463,48 @@ func TestBrowserApprovalOutcome(t *testing.T) {
 
 	p := outcomeProxy(t, "", "")
 	ctx, console := browserTab(t, chromedp.ProxyServer("http://"+p.HTTP))
-	responses := chromedp.Events(ctx, network.ResponseReceived)
+	// What Chromium received on the wire, per request: a cross-origin JSON
+	// answer to a script is blocked by ORB before the page sees it, so the
+	// raw answer (responseReceivedExtraInfo) is what proves the headers.
+	var mu sync.Mutex
+	urls := map[network.RequestID]string{}
+	raw := map[network.RequestID]*network.EventResponseReceivedExtraInfo{}
+	var failed []string
+	ectx, stopEvents := context.WithCancel(ctx)
+	defer stopEvents()
+	sent := chromedp.Events(ectx, network.RequestWillBeSent)
+	extra := chromedp.Events(ectx, network.ResponseReceivedExtraInfo)
+	failEvents := chromedp.Events(ectx, network.LoadingFailed)
+	go func() {
+		for ev, err := range sent {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			urls[ev.RequestID] = ev.Request.URL
+			mu.Unlock()
+		}
+	}()
+	go func() {
+		for ev, err := range extra {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			raw[ev.RequestID] = &ev
+			mu.Unlock()
+		}
+	}()
+	go func() {
+		for ev, err := range failEvents {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			failed = append(failed, ev.ErrorText)
+			mu.Unlock()
+		}
+	}()
 	pageURL := fmt.Sprintf("http://page.test:%d/page", port)
 	start := time.Now()
 	if err := browserStep(ctx, chromedp.Navigate(pageURL), chromedp.Poll[chromedp.Void](`window.subDone !== false`)); err != nil {
@@ -474,31 +516,32 @@ func TestBrowserApprovalOutcome(t *testing.T) {
 		t.Fatalf("subresource %s after %s, want failed well under 30s", done, el)
 	}
 	// What Chromium received for the subresource: the explained 403.
-	var sub *network.Response
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	for ev, err := range responses {
-		if err != nil {
-			break
+	var sub *network.EventResponseReceivedExtraInfo
+	deadline := time.Now().Add(5 * time.Second)
+	for sub == nil && time.Now().Before(deadline) {
+		mu.Lock()
+		for id, ev := range raw {
+			if strings.Contains(urls[id], "alpha.test") {
+				sub = ev
+			}
 		}
-		if strings.Contains(ev.Response.URL, "alpha.test") {
-			sub = ev.Response
-			break
-		}
-		if rctx.Err() != nil {
-			break
-		}
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
 	}
-	cancel()
+	mu.Lock()
+	failures := fmt.Sprint(failed)
+	mu.Unlock()
 	if sub == nil {
-		t.Fatal("Chromium reported no response for the subresource")
+		t.Fatalf("Chromium received no answer for the subresource (failures %s)", failures)
 	}
 	hdr := http.Header{}
 	for k, v := range sub.Headers {
 		hdr.Set(k, fmt.Sprint(v))
 	}
-	if sub.Status != 403 || hdr.Get("X-Proxy-Approval") != "pending" || hdr.Get("Retry-After") != "5" {
-		t.Fatalf("Chromium's subresource answer: %d %v", sub.Status, hdr)
+	if sub.StatusCode != 403 || hdr.Get("X-Proxy-Approval") != "pending" || hdr.Get("Retry-After") != "5" {
+		t.Fatalf("Chromium's subresource answer: %d %v", sub.StatusCode, hdr)
 	}
+	t.Logf("subresource failed after %s (%s) with 403 x-proxy-approval: pending", el, failures)
 	pa := outcomePending(t, p, "alpha.test")
 	if pa.ID != hdr.Get("X-Proxy-Approval-Id") {
 		t.Fatalf("pending %s, header names %s", pa.ID, hdr.Get("X-Proxy-Approval-Id"))
