@@ -546,9 +546,38 @@ func TestBrowserApprovalOutcome(t *testing.T) {
 	if pa.ID != hdr.Get("X-Proxy-Approval-Id") {
 		t.Fatalf("pending %s, header names %s", pa.ID, hdr.Get("X-Proxy-Approval-Id"))
 	}
+	// The reviewer's page (same browser; loopback bypasses the proxy) shows
+	// that nobody waits on the review — live: a request that joins shows
+	// up, and goes again when it is told pending.
+	page := ctx
+	// Chromium's own background requests are reviewed too: find the card.
+	card := `article.card[data-id="` + pa.ID + `"]`
+	cardSays := func(want string) {
+		t.Helper()
+		js := `(document.querySelector(` + strconv.Quote(card+" .f-waiting") + `)||{}).textContent?.startsWith(` + strconv.Quote(want) + `)`
+		if err := browserStep(page, chromedp.Poll[chromedp.Void](js)); err != nil {
+			got, _ := chromedp.Run(page, chromedp.Evaluate[string](`String((document.querySelector(`+strconv.Quote(card)+`)||{}).textContent)`))
+			t.Fatalf("the card's Waiting says %q, want %q: %v\nconsole: %v", got, want, err, console.Errors())
+		}
+	}
+	if err := browserStep(page, chromedp.Navigate("http://"+p.Admin+"/#token="+p.Token), chromedp.WaitVisible(chromedp.CSS(card))); err != nil {
+		t.Fatalf("approvals page: %v", err)
+	}
+	cardSays("nobody")
+	joined := make(chan outcomeAnswer, 1)
+	go func() { joined <- goGetOutcome(t, p, fmt.Sprintf("http://alpha.test:%d/sub.js", port), "") }()
+	cardSays("1 request is waiting")
+	expectOutcome(t, "a request that joined", <-joined, "pending")
+	cardSays("nobody")
+	shot, err := chromedp.Run(page, chromedp.Screenshot(chromedp.CSS(card)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	browserSaveArtifact(t, "approvals-page-nobody-waiting.png", shot)
+
 	browserDecide(t, p, pa.ID, "allow_session")
-	if err := browserStep(ctx, chromedp.Reload(), chromedp.Poll[chromedp.Void](`window.subDone !== false`)); err != nil {
-		t.Fatalf("reload: %v", err)
+	if err := browserStep(ctx, chromedp.Navigate(pageURL), chromedp.Poll[chromedp.Void](`window.subDone !== false`)); err != nil {
+		t.Fatalf("loading the page again: %v", err)
 	}
 	if v, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.subLoaded === true`)); !v {
 		done, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`String(window.subDone)`))
