@@ -40,8 +40,9 @@ type flight struct {
 	joined int                 // requests that joined this review
 	// opened is closed once the review has its approval id and waits for
 	// a reviewer (or has ended): a requester's wait (SPEC §3.7
-	// client_wait) counts from then, so a gate's immediate denial is never
-	// reported as pending. id is set before it closes.
+	// client_wait) counts from then, so a gate's or hook's quick answer is
+	// never reported as pending, and a pending id is always decidable.
+	// id is set before it closes.
 	opened chan struct{}
 	id     string
 	isOpen bool // under flightMu
@@ -148,8 +149,13 @@ func (s *Service) awaitFor(ctx context.Context, key cacheKey, ownerID string, wa
 }
 
 // openFlight records that f's review has approval id and now waits for a
-// reviewer; its requesters' waits start.
+// reviewer (listed in the human queue, or asked of the Guardian); its
+// requesters' waits start. Gates and hooks come before: their quick
+// answers are never reported as pending. f may be nil (no requester).
 func (s *Service) openFlight(f *flight, id string) {
+	if f == nil {
+		return
+	}
 	s.flightMu.Lock()
 	if f.isOpen {
 		s.flightMu.Unlock()

@@ -217,10 +217,6 @@ func (s *Service) review(ctx context.Context, a Approval, policy ApprovalPolicy,
 	if !useGuardian && !s.userReviewer {
 		return deny(byPolicy, OutcomeDeny, "no reviewer reachable: no admin token is configured for human review")
 	}
-	if a.flight != nil {
-		// Past the gates: the review is open, its requesters' waits start.
-		s.openFlight(a.flight, a.ID)
-	}
 	greq := guardian.ReviewRequest{
 		ID: a.ID, Kind: a.Kind, SessionID: a.SessionID, EnvironmentID: a.EnvironmentID, ExecutionID: a.ExecutionID,
 		Host: a.Host, Protocol: a.Protocol, Port: a.Port, Target: target, Method: a.Method, Path: a.Path, Command: a.Command, Cwd: a.Cwd,
@@ -247,6 +243,7 @@ func (s *Service) review(ctx context.Context, a Approval, policy ApprovalPolicy,
 	}
 	// Step 6: route.
 	if useGuardian {
+		s.openFlight(a.flight, a.ID) // the requesters' waits start now
 		v, err := s.guardian.Review(ctx, greq)
 		if err != nil {
 			outcome := OutcomeError

@@ -231,6 +231,8 @@ func (s *Service) localDecide(id, decision, amendHost string) error {
 // or the service shutting down.
 func (s *Service) askUser(ctx context.Context, a Approval) string {
 	e := s.queue.add(a)
+	// Listed and decidable: the requesters' waits start now (SPEC §3.7).
+	s.openFlight(a.flight, a.ID)
 	s.metrics.ApprovalPending(1)
 	defer s.metrics.ApprovalPending(-1)
 	s.bus.publish(EventApprovalCreated, a.current())
