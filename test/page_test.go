@@ -313,7 +313,7 @@ func TestServePolicySummaryAndTokenFile(t *testing.T) {
 	out := pageStartupOutput(t, p)
 	for _, want := range []string{
 		"netproxy: policy: 2 allow entries, 2 deny entries, mode full\n",
-		"netproxy: unlisted hosts wait for approval for up to 30 s (approvals page or `netproxy approvals`); no decision denies\n",
+		"netproxy: unlisted hosts wait for approval for up to 30 s (approvals page or `netproxy approvals`); no decision denies; a request is told \"pending\" after 25 s and retries\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("serve's start-up output lacks %q:\n%s", want, out)
