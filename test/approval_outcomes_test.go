@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
@@ -435,6 +436,22 @@ func TestApprovalWaitHeaderNeverForwarded(t *testing.T) {
 	}
 }
 
+// outcomeEvents hands every event of kind ev to record, under mu, until
+// ctx ends.
+func outcomeEvents[E any](ctx context.Context, mu *sync.Mutex, ev cdp.Event[E], record func(E)) {
+	events := chromedp.Events(ctx, ev)
+	go func() {
+		for e, err := range events {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			record(e)
+			mu.Unlock()
+		}
+	}()
+}
+
 // Chromium: a page whose subresource needs approval fails fast and
 // explained (the 403 carries x-proxy-approval: pending), well before the
 // browser's own 30 s limit; once approved, a reload loads it.
@@ -472,39 +489,9 @@ func TestBrowserApprovalOutcome(t *testing.T) {
 	var failed []string
 	ectx, stopEvents := context.WithCancel(ctx)
 	defer stopEvents()
-	sent := chromedp.Events(ectx, network.RequestWillBeSent)
-	extra := chromedp.Events(ectx, network.ResponseReceivedExtraInfo)
-	failEvents := chromedp.Events(ectx, network.LoadingFailed)
-	go func() {
-		for ev, err := range sent {
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			urls[ev.RequestID] = ev.Request.URL
-			mu.Unlock()
-		}
-	}()
-	go func() {
-		for ev, err := range extra {
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			raw[ev.RequestID] = &ev
-			mu.Unlock()
-		}
-	}()
-	go func() {
-		for ev, err := range failEvents {
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			failed = append(failed, ev.ErrorText)
-			mu.Unlock()
-		}
-	}()
+	outcomeEvents(ectx, &mu, network.RequestWillBeSent, func(ev network.EventRequestWillBeSent) { urls[ev.RequestID] = ev.Request.URL })
+	outcomeEvents(ectx, &mu, network.ResponseReceivedExtraInfo, func(ev network.EventResponseReceivedExtraInfo) { raw[ev.RequestID] = &ev })
+	outcomeEvents(ectx, &mu, network.LoadingFailed, func(ev network.EventLoadingFailed) { failed = append(failed, ev.ErrorText) })
 	pageURL := fmt.Sprintf("http://page.test:%d/page", port)
 	start := time.Now()
 	if err := browserStep(ctx, chromedp.Navigate(pageURL), chromedp.Poll[chromedp.Void](`window.subDone !== false`)); err != nil {
