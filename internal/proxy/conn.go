@@ -288,6 +288,14 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method)
 	hreq.Path = requestPath(req)
 	hreq.Upgrade = carriesUpgrade(req.Header)
+	if !withApprovalWait(bw, req.Method, req.Header, &hreq) {
+		if !body {
+			pc.watch.disarm()
+		} else {
+			lingerClose(c)
+		}
+		return connClose
+	}
 	d := h.core.decideIdentified(func() hostpolicy.Decision { return h.core.decide(pc.ctx, c, hreq) }, hreq, authCause)
 	if !d.Allowed() {
 		if !body {

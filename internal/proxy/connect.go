@@ -35,6 +35,9 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 		writeBlockedText(bw, h.core.loopDecision(hreq))
 		return false
 	}
+	if !withApprovalWait(bw, http.MethodConnect, req.Header, &hreq) {
+		return false
+	}
 	gen := c.generation()
 	d := h.core.decideIdentified(func() hostpolicy.Decision { return h.core.decideWatching(ctx, c, hreq) }, hreq, authCause)
 	if !d.Allowed() {

@@ -289,6 +289,7 @@ func sameAuthority(hostHdr, target string, def uint16) bool {
 var hopByHop = []string{
 	"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization",
 	"Proxy-Authenticate", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+	approvalWaitHeader, // SPEC §3.7: ours, never forwarded
 }
 
 func removeHopByHop(h http.Header) {

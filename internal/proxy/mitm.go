@@ -79,10 +79,17 @@ func (c *Core) mitmTunnel(conn *Conn, client net.Conn, d hostpolicy.Decision, pr
 		Ended:  ended,
 		Host:   host, Port: port,
 		Check: func(ictx context.Context, req *http.Request) *http.Response {
+			// Ours, hop-by-hop (SPEC §3.7): read here, never forwarded.
+			wait, hasWait, bad := approvalWait(req.Header)
+			delete(req.Header, approvalWaitHeader)
+			if bad != nil {
+				return answerResponse(req, *bad)
+			}
 			if !credOnly {
 				ireq := c.request(conn, host, port, hostpolicy.ProtoHTTPS, req.Method)
 				ireq.Path = requestPath(req)
 				ireq.Upgrade = carriesUpgrade(req.Header)
+				ireq.ApprovalWait, ireq.HasApprovalWait = wait, hasWait
 				if id := c.decideInner(ictx, conn, ireq, granted); !id.Allowed() {
 					return blockedJSONResponse(req, id)
 				}
