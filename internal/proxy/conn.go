@@ -217,6 +217,9 @@ type plainConn struct {
 	cutBody        func()
 	on1xx          func(code int, h http.Header)
 	clientContinue bool // the current request sent Expect: 100-continue
+	// trailers guards the current chunked request's trailers
+	// (credentials_trailer.go); nil when unguarded.
+	trailers *trailerGuard
 }
 
 func newPlainConn(ctx context.Context, c *Conn, br *bufio.Reader, bw *bufio.Writer, cancel context.CancelFunc) *plainConn {
@@ -312,5 +315,6 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 		}
 		return connClose
 	}
+	h.guardTrailers(pc, req, d)
 	return h.forward(pc, req, authority, d, gen, body)
 }

@@ -110,6 +110,11 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 		defer func() { h.core.Meter.Bytes("up", string(hostpolicy.ProtoHTTP), sent.n) }()
 	}
 	switch {
+	case err != nil && pc.trailerBlock() != nil:
+		// The trailers were refused at the body's end (audited then): the
+		// upstream connection was closed before the last chunk.
+		writeBlockedJSON(bw, *pc.trailerBlock(), false, head)
+		return h.closeAfterAnswer(c, body)
 	case err != nil && refusedAtDial(err):
 		h.core.logger().Info("dial refused", "host", d.Host, "error", scrubErr(err))
 		writeBlockedJSON(bw, refusedDecision(d), false, head)
