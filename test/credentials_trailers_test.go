@@ -312,3 +312,59 @@ func TestCredentialFullModeWebSocketSplice(t *testing.T) {
 		}
 	}
 }
+
+// Cluster mode: a placeholder the replica holds is found glued on both
+// sides without any Redis operation; another replica's, glued behind its
+// prefix, in one read-through for the whole request, trailer included
+// only when the trailer itself holds a candidate.
+func TestClusterCredentialGluedAndTrailer(t *testing.T) {
+	upCA, mitmCA := newTestCA(t, "e2e upstream CA"), newTestCA(t, "e2e netproxy MITM CA")
+	plain := StartUpstream(t, false)
+	rds := StartRedis(t)
+	a := credReplica(t, rds, "node-a", mitmCA, upCA)
+	b := credReplica(t, rds, "node-b", mitmCA, upCA)
+	f := &credFixture{p: b.Proxy}
+	op := `{op="read_through_placeholder"}`
+	reads := func() float64 { // the series appears with the first read-through
+		return max(0, metricValue(t, b.Proxy, "netproxy_cluster_commands_total", op))
+	}
+
+	regB, phB := registerCred(t, b, "s-b")
+	c := f.client(regB.Token, false)
+	before := reads()
+	code, body, _ := credGet(t, c, plain.URL("paste.test", "/leak?k=Z"+phB[3:]+"Z"), "")
+	if code != 403 || !strings.Contains(body, "credential_misuse") {
+		t.Fatalf("B's own placeholder glued on both sides through B: %d %s", code, body)
+	}
+	if d := reads() - before; d != 0 {
+		t.Fatalf("%v read-throughs for a placeholder B holds", d)
+	}
+	// A's placeholder through B, glued after its prefix, among other
+	// candidates: one read-through for the request.
+	_, phA := registerCred(t, a, "s-a")
+	before = reads()
+	req, _ := http.NewRequest("GET", plain.URL("paste.test", "/leak?q="+strings.Repeat("w", 60)), nil)
+	req.Header.Set("X-Note", "Z"+phA+"Z")
+	req.Header.Set("X-Other", strings.Repeat("Q", 70))
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 {
+		t.Fatalf("A's placeholder glued through B: %d", resp.StatusCode)
+	}
+	if d := reads() - before; d != 1 {
+		t.Fatalf("%v read-throughs for one request, want 1", d)
+	}
+	// In a trailer through B: blocked (one read-through for the trailer;
+	// the head had no candidate).
+	before = reads()
+	code, got := postTrailers(t, f.client(regB.Token, false), plain.URL("paste.test", "/sink"), http.Header{"X-Note": {phA}}, false)
+	if code != 403 || !strings.Contains(got, "credential_misuse") {
+		t.Fatalf("A's placeholder in a trailer through B: %d %s", code, got)
+	}
+	if d := reads() - before; d != 1 {
+		t.Fatalf("%v read-throughs for a trailer with one candidate, want 1", d)
+	}
+}
