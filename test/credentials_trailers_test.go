@@ -198,14 +198,18 @@ func TestCredentialTrailerPlaceholderBlocked(t *testing.T) {
 			// values still arrive only at the end.
 			code, got := postTrailers(t, pa.c, pa.url("paste.test", p), tc.trailer, pa.name == "intercepted h2")
 			if code != 403 || !strings.Contains(got, `"reason":"credential_misuse"`) {
-				t.Errorf("%s, trailer %s: %d %q, want 403 credential_misuse (upstream saw %+v)", pa.name, tc.name, code, got, s.seen(p))
+				t.Errorf("%s, trailer %s: %d %q, want 403 credential_misuse", pa.name, tc.name, code, got)
 			}
 			if s.completed(p) {
 				t.Errorf("%s, trailer %s: the upstream received the whole request", pa.name, tc.name)
 			}
-			waitFor(t, 5*time.Second, func() bool {
-				return auditCount(t, f.p, `"reason":"credential_misuse"`) > before
-			}, pa.name+" trailer "+tc.name+": credential_misuse in the audit")
+			audited := false
+			for end := time.Now().Add(5 * time.Second); !audited && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+				audited = auditCount(t, f.p, `"reason":"credential_misuse"`) > before
+			}
+			if !audited {
+				t.Errorf("%s, trailer %s: no credential_misuse line in the audit", pa.name, tc.name)
+			}
 		}
 		// Another execution's placeholder in a trailer toward the
 		// credential's own host: blocked too.
@@ -224,7 +228,7 @@ func TestCredentialTrailerPlaceholderBlocked(t *testing.T) {
 		seen := s.seen(p)
 		if code != 200 || len(seen) != 1 || !seen[0].complete || seen[0].body != "part-one;part-two;" ||
 			seen[0].trailer.Get("X-Checksum") != "sha256:0123abcd" || seen[0].trailer.Get("X-Count") != "2" {
-			t.Errorf("%s: trailers without a placeholder: %d %q, upstream saw %+v", pa.name, code, got, seen)
+			t.Errorf("%s: trailers without a placeholder: %d %q, upstream saw %+v", pa.name, code, got, seen) // no placeholder in it
 		}
 		n++
 		p = fmt.Sprintf("/sink/%d", n)
