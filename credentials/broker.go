@@ -402,32 +402,21 @@ func Scan(s string, lens []int, visit func(body string) bool) bool {
 			minLen = l
 		}
 	}
-	i := 0
-	for i < len(s) {
-		if !isBase62(s[i]) {
-			i++
-			continue
-		}
-		j := i
-		for j < len(s) && isBase62(s[j]) {
-			j++
-		}
-		if run := s[i:j]; len(run) >= minLen {
-			for _, l := range lens {
-				if l > len(run) {
-					continue
-				}
-				if !visit(run[len(run)-l:]) {
-					return false
-				}
-				if l < len(run) && !visit(run[:l]) {
-					return false
-				}
+	return runs(s, minLen, func(i, j int) bool {
+		run := s[i:j]
+		for _, l := range lens {
+			if l > len(run) {
+				continue
+			}
+			if !visit(run[len(run)-l:]) {
+				return false
+			}
+			if l < len(run) && !visit(run[:l]) {
+				return false
 			}
 		}
-		i = j
-	}
-	return true
+		return true
+	})
 }
 
 func isBase62(c byte) bool {

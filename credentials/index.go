@@ -145,8 +145,28 @@ func (li *lenIndex) find(s string, fold bool, x *bodyIndex, isLive func(string) 
 	if fold {
 		filter = li.fold
 	}
-	i := 0
-	for i+n <= len(s) {
+	return runs(s, n, func(i, j int) bool {
+		var h uint64
+		for k := i; k < i+n; k++ {
+			h = h*hashBase + uint64(fbyte(s[k], fold))
+		}
+		for start := i; ; start++ {
+			if filter[slot(h)] != 0 && !li.offer(s[start:start+n], fold, x, isLive, visit) {
+				return false
+			}
+			if start+n >= j {
+				return true
+			}
+			h = h*hashBase + uint64(fbyte(s[start+n], fold)) - uint64(fbyte(s[start], fold))*li.pow
+		}
+	})
+}
+
+// runs calls fn with the bounds of every maximal run of base62 characters
+// in s at least minLen long; fn returns false to stop, and runs then
+// returns false.
+func runs(s string, minLen int, fn func(i, j int) bool) bool {
+	for i := 0; i+minLen <= len(s); {
 		if !isBase62(s[i]) {
 			i++
 			continue
@@ -155,20 +175,8 @@ func (li *lenIndex) find(s string, fold bool, x *bodyIndex, isLive func(string) 
 		for j < len(s) && isBase62(s[j]) {
 			j++
 		}
-		if j-i >= n {
-			var h uint64
-			for k := i; k < i+n; k++ {
-				h = h*hashBase + uint64(fbyte(s[k], fold))
-			}
-			for start := i; ; start++ {
-				if filter[slot(h)] != 0 && !li.offer(s[start:start+n], fold, x, isLive, visit) {
-					return false
-				}
-				if start+n >= j {
-					break
-				}
-				h = h*hashBase + uint64(fbyte(s[start+n], fold)) - uint64(fbyte(s[start], fold))*li.pow
-			}
+		if j-i >= minLen && !fn(i, j) {
+			return false
 		}
 		i = j
 	}

@@ -112,15 +112,7 @@ func (sc *scanner) remoteCandidates(s string) bool {
 		if tail == "" || n <= 0 {
 			continue
 		}
-		for i := 0; i < len(s); {
-			if !isBase62(s[i]) {
-				i++
-				continue
-			}
-			j := i
-			for j < len(s) && isBase62(s[j]) {
-				j++
-			}
+		ok := runs(s, len(tail)+n, func(i, j int) bool {
 			// Occurrences of tail in s[i:j] followed by n run characters.
 			for off := i; off+len(tail)+n <= j; {
 				k := strings.Index(s[off:j-n], tail)
@@ -135,7 +127,10 @@ func (sc *scanner) remoteCandidates(s string) bool {
 				sc.miss(s[start : start+n])
 				off += k + 1
 			}
-			i = j
+			return true
+		})
+		if !ok {
+			return false
 		}
 	}
 	return true
