@@ -45,6 +45,7 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 		if watching {
 			pc.watch.disarm()
 		}
+		pc.trailers = nil // nothing of this request stays reachable
 	}()
 	upType := upgradeType(req.Header)
 	wantTrailers := headerHasToken(req.Header, "Te", "trailers")
