@@ -172,6 +172,9 @@ type Tunnel struct {
 	Host   string   // CONNECT host (normalised, no brackets)
 	Port   uint16
 	Check  Check
+	// CheckTrailer, when set, decides a request's trailers at its body's
+	// end (trailers.go); a block aborts the upstream request.
+	CheckTrailer TrailerCheck
 	// Dial connects to the upstream (TCP); TLS is added here.
 	Dial func(ctx context.Context) (net.Conn, error)
 	// Bytes, when set, is told the bytes relayed per direction.
@@ -289,23 +292,16 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 
 // transport is the tunnel's own upstream client: it dials only through
 // t.Dial (the pinned address), verifies the upstream's certificate against
-// Roots for the CONNECT host, and speaks HTTP/2 when the upstream offers it.
+// Roots for the CONNECT host, and speaks HTTP/2 when the upstream offers it
+// — except for a WebSocket handshake, which net/http sends over a
+// connection of its own offering only HTTP/1.1 (an Upgrade has no meaning
+// in HTTP/2). The Transport adds TLS itself so that it can do that.
 func (i *Interceptor) transport(t *Tunnel, idle time.Duration) *http.Transport {
 	return &http.Transport{
-		DialTLSContext: func(dctx context.Context, _, _ string) (net.Conn, error) {
-			raw, err := t.Dial(dctx)
-			if err != nil {
-				return nil, err
-			}
-			// Verification is the default (system roots + upstream_ca);
-			// the name checked is the CONNECT host. There is no fallback.
-			uc := tls.Client(raw, &tls.Config{RootCAs: i.Roots, ServerName: t.Host, NextProtos: []string{"h2", "http/1.1"}, MinVersion: tls.VersionTLS12})
-			if err := uc.HandshakeContext(dctx); err != nil {
-				raw.Close()
-				return nil, err
-			}
-			return uc, nil
-		},
+		DialContext: func(dctx context.Context, _, _ string) (net.Conn, error) { return t.Dial(dctx) },
+		// Verification is the default (system roots + upstream_ca); the
+		// name checked is the CONNECT host. There is no fallback.
+		TLSClientConfig:    &tls.Config{RootCAs: i.Roots, ServerName: t.Host, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2:  true,
 		DisableCompression: true,
 		MaxIdleConns:       1,
@@ -475,6 +471,7 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 		sent = &countingReader{r: req.Body}
 		out.Body = sent
 	}
+	gate := gateTrailers(t, req, out)
 	// 1xx answers (103 Early Hints; 100 Continue to a client that asked)
 	// are relayed as they arrive, as ReverseProxy's Got1xxResponse does.
 	// The trace runs while this goroutine waits in RoundTrip: bw has one
@@ -493,6 +490,13 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	}}
 	out = out.WithContext(httptrace.WithClientTrace(out.Context(), trace))
 	resp, err := tr.RoundTrip(out)
+	if blocked := gate.block(); blocked != nil {
+		// The trailers were refused before any answer was relayed.
+		if err == nil {
+			resp.Body.Close()
+		}
+		return false, writeResponse(bw, req, blocked, true)
+	}
 	if err != nil {
 		x.Failed = true
 		defer t.ended(x)
@@ -623,12 +627,23 @@ func (i *Interceptor) serveStream(t *Tunnel, tr *http.Transport, w http.Response
 		sent = &countingReader{r: r.Body}
 		out.Body = sent
 	}
+	gate := gateTrailers(t, r, out)
 	defer func() {
 		if sent != nil {
 			up = sent.n
 		}
 	}()
 	resp, err := tr.RoundTrip(out)
+	if blocked := gate.block(); blocked != nil {
+		if err == nil {
+			resp.Body.Close()
+		}
+		defer blocked.Body.Close()
+		copyHeader(w.Header(), blocked.Header)
+		w.WriteHeader(blocked.StatusCode)
+		io.Copy(w, blocked.Body)
+		return
+	}
 	if err != nil {
 		http.Error(w, UpstreamFailure(t.Host, err), http.StatusBadGateway)
 		return
@@ -654,6 +669,11 @@ func (i *Interceptor) serveStream(t *Tunnel, tr *http.Transport, w http.Response
 			rc.Flush()
 		}
 		if rerr != nil {
+			if gate.block() != nil {
+				// Blocked after the answer began: the client's stream is
+				// reset rather than ended as if complete.
+				panic(http.ErrAbortHandler)
+			}
 			break
 		}
 	}

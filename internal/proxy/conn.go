@@ -220,6 +220,9 @@ type plainConn struct {
 	// end is what forward learnt of the current exchange, for its access
 	// record (access.go).
 	end exchangeEnd
+	// trailers guards the current chunked request's trailers
+	// (credentials_trailer.go); nil when unguarded.
+	trailers *trailerGuard
 }
 
 func newPlainConn(ctx context.Context, c *Conn, br *bufio.Reader, bw *bufio.Writer, cancel context.CancelFunc) *plainConn {
@@ -327,6 +330,7 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 		return connClose
 	}
 	pc.end = exchangeEnd{}
+	h.guardTrailers(pc, req, d)
 	next := h.forward(pc, req, authority, d, gen, body)
 	h.core.plainEnded(c, &d, req.Method, &pc.end)
 	return next

@@ -45,6 +45,7 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 		if watching {
 			pc.watch.disarm()
 		}
+		pc.trailers = nil // nothing of this request stays reachable
 	}()
 	upType := upgradeType(req.Header)
 	wantTrailers := headerHasToken(req.Header, "Te", "trailers")
@@ -115,6 +116,11 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 		}()
 	}
 	switch {
+	case err != nil && pc.trailerBlock() != nil:
+		// The trailers were refused at the body's end (audited then): the
+		// upstream connection was closed before the last chunk.
+		writeBlockedJSON(bw, *pc.trailerBlock(), false, head)
+		return h.closeAfterAnswer(c, body)
 	case err != nil && refusedAtDial(err):
 		pc.end.cause = causeRefused
 		h.core.logger().Info("dial refused", "host", d.Host, "error", scrubErr(err))

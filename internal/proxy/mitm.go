@@ -101,7 +101,8 @@ func (c *Core) mitmTunnel(conn *Conn, client net.Conn, d hostpolicy.Decision, pr
 			}
 			return nil
 		},
-		Dial: func(dctx context.Context) (net.Conn, error) { return c.Dialer.DialTarget(dctx, target) },
+		CheckTrailer: c.mitmTrailerCheck(conn, host, port),
+		Dial:         func(dctx context.Context) (net.Conn, error) { return c.Dialer.DialTarget(dctx, target) },
 		Bytes: func(dir string, n int64) {
 			c.Meter.Bytes(dir, string(proto), n)
 			acc.count(dir, n)

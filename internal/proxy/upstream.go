@@ -216,7 +216,15 @@ func (p *upstreamPool) exchange(ctx context.Context, uc *upConn, req *http.Reque
 		// The body goes up while the response is read: an upstream may
 		// answer (100 Continue, or a 413) before it has read the body.
 		wrote = make(chan error, 1)
-		go func() { wrote <- writeBody(uc.bw, req) }()
+		go func() {
+			err := writeBody(uc.bw, req)
+			if errors.Is(err, errTrailerBlocked) {
+				// The request must not complete: the upstream sees it cut
+				// before its last chunk (and the response read ends).
+				uc.c.Close()
+			}
+			wrote <- err
+		}()
 	}
 	// The client may give up while the upstream thinks: unblock the read.
 	var stop func() bool
