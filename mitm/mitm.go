@@ -30,7 +30,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elazarl/goproxy"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/net/http2"
 )
@@ -41,9 +40,11 @@ const DefaultLeafCacheSize = 1024
 // Authority mints leaf certificates signed by the configured CA.
 type Authority struct {
 	ca    tls.Certificate
-	sign  func(host string, ctx *goproxy.ProxyCtx) (*tls.Config, error)
-	gp    *goproxy.ProxyHttpServer // only for the signing helper's log context
 	cache *lru.Cache[string, *tls.Certificate]
+	// inflight: leaves being minted, so that concurrent handshakes for a
+	// new host wait for one mint instead of each minting their own.
+	mu       sync.Mutex
+	inflight map[string]*minting
 }
 
 // LoadAuthority reads the CA certificate and key (PEM) and checks that they
@@ -84,26 +85,27 @@ func NewAuthority(ca tls.Certificate, cacheSize int) (*Authority, error) {
 	if err != nil {
 		return nil, err
 	}
-	gp := goproxy.NewProxyHttpServer()
-	gp.Logger = log.New(io.Discard, "", 0)
-	a := &Authority{ca: ca, gp: gp, cache: cache}
-	a.sign = goproxy.TLSConfigFromCA(&a.ca)
-	return a, nil
+	return &Authority{ca: ca, cache: cache, inflight: make(map[string]*minting)}, nil
 }
 
 // Leaf returns the certificate for host (a DNS name or IP literal), minting
-// it on a cache miss.
+// it on a cache miss (or joining a mint already under way: Prepare).
 func (a *Authority) Leaf(host string) (*tls.Certificate, error) {
-	if c, ok := a.cache.Get(host); ok {
+	if c, ok := a.cache.Get(host); ok && a.fresh(c, time.Now()) {
 		return c, nil
 	}
-	cfg, err := a.sign(host, &goproxy.ProxyCtx{Proxy: a.gp})
-	if err != nil {
-		return nil, fmt.Errorf("mitm: minting a leaf for %s: %w", host, err)
+	a.mu.Lock()
+	m, ok := a.inflight[host]
+	if !ok {
+		m = &minting{done: make(chan struct{})}
+		a.inflight[host] = m
+		a.mu.Unlock()
+		a.mint(host, m)
+	} else {
+		a.mu.Unlock()
+		<-m.done
 	}
-	c := &cfg.Certificates[0]
-	a.cache.Add(host, c)
-	return c, nil
+	return m.cert, m.err
 }
 
 // CachedLeaves reports how many leaves the cache holds.
@@ -149,6 +151,9 @@ type Interceptor struct {
 	// as limits.header_timeout bounds a head on the plain listener; Idle
 	// is only the wait for the next head to begin.
 	HeaderTimeout time.Duration
+
+	once sync.Once
+	tls  *sharedTLS
 }
 
 // limits returns the head limits with their defaults filled in.
@@ -198,21 +203,13 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 	if i.Roots == nil {
 		return errors.New("mitm: no upstream roots")
 	}
-	leaf, err := i.Authority.Leaf(t.Host)
-	if err != nil {
-		return err
-	}
-	tc := tls.Server(t.Client, &tls.Config{
-		Certificates: []tls.Certificate{*leaf},
-		NextProtos:   []string{"h2", "http/1.1"},
-		MinVersion:   tls.VersionTLS12,
-	})
+	tc := tls.Server(&hostConn{Conn: t.Client, host: t.Host}, i.shared().server)
 	idle := i.Idle
 	if idle <= 0 {
 		idle = 5 * time.Minute
 	}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = tc.HandshakeContext(hctx)
+	err := tc.HandshakeContext(hctx)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("mitm: client handshake: %w", err)
@@ -296,7 +293,7 @@ func (i *Interceptor) transport(t *Tunnel, idle time.Duration) *http.Transport {
 			}
 			// Verification is the default (system roots + upstream_ca);
 			// the name checked is the CONNECT host. There is no fallback.
-			uc := tls.Client(raw, &tls.Config{RootCAs: i.Roots, ServerName: t.Host, NextProtos: []string{"h2", "http/1.1"}, MinVersion: tls.VersionTLS12})
+			uc := tls.Client(raw, i.shared().upstreamConfig(t.Host))
 			if err := uc.HandshakeContext(dctx); err != nil {
 				raw.Close()
 				return nil, err
@@ -307,6 +304,10 @@ func (i *Interceptor) transport(t *Tunnel, idle time.Duration) *http.Transport {
 		DisableCompression: true,
 		MaxIdleConns:       1,
 		IdleConnTimeout:    idle,
+		// Bulk bodies move in 64 KiB reads and writes (four TLS records
+		// per system call) rather than the default 4 KiB.
+		ReadBufferSize:  bulkBuffer,
+		WriteBufferSize: bulkBuffer,
 	}
 }
 
@@ -548,7 +549,10 @@ func (i *Interceptor) serveH2(ctx context.Context, t *Tunnel, tr *http.Transport
 	}()
 	var mu sync.Mutex // Bytes may be told from several streams
 	maxBytes, maxLines, headTimeout := i.limits()
-	srv := &http2.Server{IdleTimeout: idle}
+	// Upload windows as large as the upstream transport's default stream
+	// window (4 MiB): a client's upload is not throttled to 1 MiB per
+	// round trip. The buffers only fill while the upstream is not reading.
+	srv := &http2.Server{IdleTimeout: idle, MaxUploadBufferPerStream: 4 << 20, MaxUploadBufferPerConnection: 8 << 20}
 	srv.ServeConn(&h2HeadGuard{Conn: tc, tls: tc, timeout: headTimeout, preface: len(http2.ClientPreface)}, &http2.ServeConnOpts{
 		Context: ctx,
 		// x/net/http2 logs protocol errors through BaseConfig.ErrorLog
