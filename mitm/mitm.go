@@ -223,6 +223,8 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 	lim := &headLimit{r: tc, maxBytes: maxBytes, maxLines: maxLines}
 	br := bufio.NewReader(lim)
 	bw := bufio.NewWriter(tc)
+	up := &h1Upstream{i: i, t: t}
+	defer up.close()
 	for {
 		if br.Buffered() == 0 {
 			// Waiting for a head to begin is idleness; once its first
@@ -274,7 +276,14 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 			return errors.New("mitm: unreadable inner request")
 		}
 		tc.SetReadDeadline(time.Time{})
-		keep, err := i.serveOne(ctx, t, tr, tc, br, bw, req)
+		// Answers go out through a pooled 64 KiB writer held only for the
+		// exchange: a bulk body leaves in four-record writes, and an idle
+		// tunnel keeps only its 4 KiB one.
+		obw := bulkWriters.Get().(*bufio.Writer)
+		obw.Reset(tc)
+		keep, err := i.serveOne(ctx, t, tr, up, tc, br, obw, req)
+		obw.Reset(nil)
+		bulkWriters.Put(obw)
 		if err != nil || !keep {
 			return err
 		}
@@ -437,7 +446,7 @@ func isTokenByte(c byte) bool {
 
 // serveOne answers one inner request and reports whether the connection
 // may carry another.
-func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transport, tc net.Conn, br *bufio.Reader, bw *bufio.Writer, req *http.Request) (bool, error) {
+func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transport, up *h1Upstream, tc net.Conn, br *bufio.Reader, bw *bufio.Writer, req *http.Request) (bool, error) {
 	hasBody := req.ContentLength != 0
 	if !SameAuthority(req.Host, t.Host, t.Port) {
 		return false, writeResponse(bw, req, TextResponse(req, http.StatusBadRequest, "Host header does not match CONNECT target"), true)
@@ -477,19 +486,29 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	// The trace runs while this goroutine waits in RoundTrip: bw has one
 	// writer at a time.
 	wantContinue := strings.EqualFold(req.Header.Get("Expect"), "100-continue")
-	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+	relay1xx := func(code int, hh http.Header) error {
 		if code == http.StatusContinue && !wantContinue {
 			return nil
 		}
-		hh := http.Header(h)
 		removeHopByHop(hh)
 		fmt.Fprintf(bw, "HTTP/1.1 %d %s\r\n", code, http.StatusText(code))
 		hh.Write(bw)
 		bw.WriteString("\r\n")
 		return bw.Flush()
-	}}
-	out = out.WithContext(httptrace.WithClientTrace(out.Context(), trace))
-	resp, err := tr.RoundTrip(out)
+	}
+	var resp *http.Response
+	var err error
+	var ready func() bool
+	if h1Eligible(out, upType) {
+		resp, err = up.roundTrip(ctx, out, func(code int, h http.Header) { relay1xx(code, h) })
+		ready = up.ready
+	} else {
+		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			return relay1xx(code, http.Header(h))
+		}}
+		out = out.WithContext(httptrace.WithClientTrace(out.Context(), trace))
+		resp, err = tr.RoundTrip(out)
+	}
 	if err != nil {
 		return false, writeResponse(bw, req, TextResponse(req, http.StatusBadGateway, UpstreamFailure(t.Host, err)), true)
 	}
@@ -514,7 +533,7 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	// The head goes out at once and each part of the body as it arrives
 	// (a slow Content-Length body too): what was written is flushed
 	// before every read of the upstream's body.
-	resp.Body = &flushBeforeRead{countingReader: cr, bw: bw}
+	resp.Body = &flushBeforeRead{countingReader: cr, bw: bw, ready: ready}
 	closeAfter := req.Close || resp.Close
 	resp.Request = req
 	resp.Close = closeAfter
@@ -758,13 +777,16 @@ func removeHopByHop(h http.Header) {
 }
 
 // flushBeforeRead flushes the client's writer before each body read.
+// With ready set, a read that will not wait skips the flush (the head and
+// a buffered body leave together).
 type flushBeforeRead struct {
 	*countingReader
-	bw *bufio.Writer
+	bw    *bufio.Writer
+	ready func() bool
 }
 
 func (f *flushBeforeRead) Read(p []byte) (int, error) {
-	if f.bw.Buffered() > 0 {
+	if f.bw.Buffered() > 0 && (f.ready == nil || !f.ready()) {
 		if err := f.bw.Flush(); err != nil {
 			return 0, err
 		}
