@@ -2,7 +2,7 @@
 GO ?= go
 CONFORMANCE ?= ../shared/conformance/run.sh
 
-.PHONY: all build test deps lint unit conformance bench bench-peers fuzz run soak
+.PHONY: all build test deps lint unit conformance bench bench-peers fuzz run soak cluster-demo
 
 all: build
 
@@ -12,6 +12,13 @@ build:
 
 run: build
 	./bin/netproxy serve
+
+# Redis, three replicas with a generated cluster key and HAProxy in front
+# (TCP, round-robin) on 127.0.0.1; prints how to use it, Ctrl-C stops it
+# (docs/cluster.md "Try it: make cluster-demo"). Needs redis-server and
+# haproxy (scripts/install-test-deps.sh).
+cluster-demo: build
+	./scripts/cluster-demo.sh
 
 deps:
 	./scripts/install-test-deps.sh

@@ -22,22 +22,44 @@ const ReasonUnavailable hostpolicy.Reason = "approvals_unavailable"
 // ErrUnavailable is returned by a Coordinator whose store is unreachable.
 var ErrUnavailable = errors.New("approvals_unavailable: the cluster store is unreachable")
 
-// ReviewKey is what one network review covers, cluster-wide: (session,
-// environment, host, protocol, port).
+// ReviewKey is what one review covers, cluster-wide: for a network review
+// (session, environment, host, protocol, port), for an exec review
+// (session, environment, approval identity).
 type ReviewKey struct {
 	Session  string `json:"session"`
 	Env      string `json:"env"`
 	Host     string `json:"host"`
 	Protocol string `json:"protocol"`
 	Port     uint16 `json:"port"`
+	// Ident is an exec review's approval identity (SPEC §6.2 C, JSON);
+	// empty for a network review (whose stored keys it leaves unchanged).
+	Ident string `json:"ident,omitempty"`
 }
 
+// Exec reports whether k is an exec review's key.
+func (k ReviewKey) Exec() bool { return k.Ident != "" }
+
 func (k cacheKey) review() ReviewKey {
+	if k.kind == KindExec {
+		return ReviewKey{Session: k.session, Env: k.env, Ident: k.ident}
+	}
 	return ReviewKey{Session: k.session, Env: k.env, Host: k.host, Protocol: string(k.proto), Port: k.port}
 }
 
 func (k ReviewKey) cacheKey() cacheKey {
+	if k.Exec() {
+		return cacheKey{kind: KindExec, session: k.Session, env: k.Env, ident: k.Ident}
+	}
 	return cacheKey{kind: KindNetwork, session: k.Session, env: k.Env, host: k.Host, proto: hostpolicy.Protocol(k.Protocol), port: k.Port}
+}
+
+// reviewKey is the cluster key of a pending approval: an exec review's
+// carries its identity, a network review's is built from its fields.
+func (a Approval) reviewKey() ReviewKey {
+	if a.rkey != nil {
+		return *a.rkey
+	}
+	return ReviewKey{Session: a.SessionID, Env: a.EnvironmentID, Host: a.Host, Protocol: a.Protocol, Port: a.Port}
 }
 
 // BeginKind says what Coordinator.Begin found.
@@ -52,6 +74,10 @@ const (
 	// BeginCached: a session-wide outcome (allow_session, allow_always,
 	// deny_always) is already stored for the key.
 	BeginCached
+	// BeginOverloaded: no review is open for the key and the cluster holds
+	// approvals.max_pending reviews (or max_pending_per_session in the
+	// session): none is opened (SPEC §5, approvals_overloaded).
+	BeginOverloaded
 )
 
 // Begin is the answer of Coordinator.Begin.
@@ -60,6 +86,7 @@ type Begin struct {
 	ID       string    // the review's approval id (lead, join)
 	Outcome  string    // the stored outcome (cached)
 	Deadline time.Time // when the review times out (join)
+	Why      string    // which bound was reached (overloaded)
 }
 
 // ClusterDecision is a finished review as every replica sees it.
@@ -71,6 +98,9 @@ type ClusterDecision struct {
 	Rationale string    `json:"rationale,omitempty"`
 	// Approval is the decided approval (for the page and SSE of every replica).
 	Approval Approval `json:"approval"`
+	// Amendment is the prefix rule an exec review's allow_always adds
+	// (its proposed amendment): every replica appends it to its rules file.
+	Amendment []string `json:"amendment,omitempty"`
 }
 
 // Coordinator shares reviews between replicas. *cluster.Cluster implements
@@ -97,38 +127,78 @@ type Coordinator interface {
 // coordTimeout bounds one coordinator call made on behalf of a request.
 const coordTimeout = 2 * time.Second
 
-// clusterRun is the review of key in cluster mode: it runs inside the local
-// single flight (one per key per replica) and makes it one per key in the
-// cluster.
+// clusterJob is one review in cluster mode, network or exec.
+type clusterJob struct {
+	key  cacheKey
+	sess *session
+	what string // what is reviewed, for the log (a host, a command)
+	// run runs the review under the cluster's approval id (this replica
+	// leads it).
+	run func(ctx context.Context, id string) result
+	// amendment is the prefix rule an exec review's allow_always adds.
+	amendment []string
+	// told tells the flight's owners of a denial another replica decided
+	// (network reviews; nil: nobody to tell).
+	told func(f *flight, id string, d ClusterDecision)
+}
+
+// clusterRun is the network review of nr in cluster mode.
 func (s *Service) clusterRun(ctx context.Context, f *flight, nr netReview) result {
+	return s.clusterReview(ctx, f, clusterJob{key: nr.key, sess: nr.sess, what: nr.host,
+		run: func(ctx context.Context, id string) result {
+			nr.id = id
+			return s.reviewNetwork(ctx, f, nr)
+		},
+		told: func(f *flight, id string, d ClusterDecision) {
+			if s.publisher == nil {
+				return
+			}
+			typ := attribution.EventDeniedByPolicy
+			if d.Reviewer == byUser && d.Outcome != OutcomeTimeout {
+				typ = attribution.EventDeniedByUser
+			}
+			for _, owner := range s.flightOwners(f) {
+				s.publisher.Publish(owner, attribution.Event{Type: typ, Time: s.now(), Host: nr.host, Port: nr.port, Protocol: string(nr.proto),
+					Decision: "deny", Reason: string(hostpolicy.ReasonNotAllowed), Source: string(hostpolicy.SourceDecider), ApprovalID: id})
+			}
+		}})
+}
+
+// clusterReview runs inside the local single flight (one per key per
+// replica) and makes it one per key in the cluster, within the cluster's
+// pending bounds.
+func (s *Service) clusterReview(ctx context.Context, f *flight, j clusterJob) result {
 	deadline := s.now().Add(s.timeout)
-	id := newID()
 	bctx, cancel := context.WithTimeout(ctx, coordTimeout)
-	b, err := s.coord.Begin(bctx, nr.key.review(), id, deadline)
+	b, err := s.coord.Begin(bctx, j.key.review(), newID(), deadline)
 	cancel()
 	if err != nil {
-		s.log.Warn("cluster store unreachable; denying the new review", "host", nr.host, "error", err)
+		s.log.Warn("cluster store unreachable; denying the new review", "target", j.what, "error", err)
 		return result{outcome: OutcomeDeny, reviewer: byPolicy, unavailable: true,
 			rationale: "approvals_unavailable: the cluster store is unreachable, no review can be opened"}
 	}
 	switch b.Kind {
 	case BeginCached:
-		nr.sess.remember(nr.key, b.Outcome)
-		if r, hit := nr.sess.cachedResult(nr.key); hit {
+		j.sess.remember(j.key, b.Outcome)
+		if r, hit := j.sess.cachedResult(j.key); hit {
 			return r
 		}
 		return result{outcome: OutcomeDeny, reviewer: byCache, rationale: "denied earlier in this session"}
 	case BeginJoin:
-		return s.clusterFollow(ctx, f, nr, b)
+		return s.clusterFollow(ctx, f, j, b)
+	case BeginOverloaded:
+		return result{outcome: OutcomeDeny, reviewer: byPolicy, overloaded: true, rationale: "approvals_overloaded: " + b.Why}
 	}
-	nr.id = b.ID
-	r := s.reviewNetwork(ctx, f, nr)
+	r := j.run(ctx, b.ID)
 	if ctx.Err() != nil {
 		// This replica is shutting down: the review is not decided. It
 		// stays listed and decidable on the others, as if it had died.
 		return r
 	}
-	d := ClusterDecision{ID: b.ID, Key: nr.key.review(), Outcome: r.outcome, Reviewer: r.reviewer, Rationale: r.rationale, Approval: r.decided}
+	d := ClusterDecision{ID: b.ID, Key: j.key.review(), Outcome: r.outcome, Reviewer: r.reviewer, Rationale: r.rationale, Approval: r.decided}
+	if r.outcome == OutcomeAllowAlways {
+		d.Amendment = j.amendment
+	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), coordTimeout)
 	defer cancel()
 	if _, _, err := s.coord.Decide(dctx, d, true); err != nil {
@@ -139,7 +209,7 @@ func (s *Service) clusterRun(ctx context.Context, f *flight, nr netReview) resul
 
 // clusterFollow waits for the decision of a review another replica (or this
 // one, before a restart) opened; at its deadline it records a timeout.
-func (s *Service) clusterFollow(ctx context.Context, f *flight, nr netReview, b Begin) result {
+func (s *Service) clusterFollow(ctx context.Context, f *flight, j clusterJob, b Begin) result {
 	wctx, cancel := context.WithDeadline(ctx, b.Deadline.Add(time.Second))
 	d, err := s.coord.Await(wctx, b.ID)
 	cancel()
@@ -148,7 +218,7 @@ func (s *Service) clusterFollow(ctx context.Context, f *flight, nr netReview, b 
 			return result{approvalID: b.ID, outcome: OutcomeAbort, reviewer: byPolicy, rationale: "the proxy is shutting down"}
 		}
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), coordTimeout)
-		held, ok, derr := s.coord.Decide(dctx, ClusterDecision{ID: b.ID, Key: nr.key.review(), Outcome: OutcomeTimeout, Reviewer: byUser,
+		held, ok, derr := s.coord.Decide(dctx, ClusterDecision{ID: b.ID, Key: j.key.review(), Outcome: OutcomeTimeout, Reviewer: byUser,
 			Rationale: fmt.Sprintf("no decision within %v", s.timeout)}, false)
 		cancel()
 		switch {
@@ -166,19 +236,16 @@ func (s *Service) clusterFollow(ctx context.Context, f *flight, nr netReview, b 
 	case OutcomeAllowOnce, OutcomeAllowSession, OutcomeAllowAlways:
 		r.allow = true
 	}
-	nr.sess.remember(nr.key, d.Outcome)
-	if !r.allow && s.publisher != nil {
-		typ := attribution.EventDeniedByPolicy
-		if d.Reviewer == byUser && d.Outcome != OutcomeTimeout {
-			typ = attribution.EventDeniedByUser
-		}
-		for _, id := range s.flightOwners(f) {
-			s.publisher.Publish(id, attribution.Event{Type: typ, Time: s.now(), Host: nr.host, Port: nr.port, Protocol: string(nr.proto),
-				Decision: "deny", Reason: string(hostpolicy.ReasonNotAllowed), Source: string(hostpolicy.SourceDecider), ApprovalID: b.ID})
-		}
+	j.sess.remember(j.key, d.Outcome)
+	if !r.allow && j.told != nil {
+		j.told(f, b.ID, d)
 	}
 	return r
 }
+
+// PendingBounds are approvals.max_pending and max_pending_per_session: the
+// cluster applies them to the reviews open on every replica.
+func (s *Service) PendingBounds() (total, perSession int) { return s.maxPending, s.maxPerSession }
 
 // ApplyClusterCache records a session-wide outcome decided on any replica
 // (the coordinator calls it for each change it reads).
@@ -225,10 +292,7 @@ func (s *Service) clusterDecide(id, decision, amendHost string) error {
 			return fmt.Errorf("%w: %q", ErrNotFound, id)
 		}
 	} else {
-		key = ReviewKey{Session: a.SessionID, Env: a.EnvironmentID, Host: a.Host, Protocol: a.Protocol, Port: a.Port}
-	}
-	if a.Kind != KindNetwork {
-		return s.localDecide(id, decision, amendHost)
+		key = a.reviewKey()
 	}
 	if amendHost != "" {
 		if err := checkAmendmentHost(amendHost, a); err != nil {
@@ -240,7 +304,11 @@ func (s *Service) clusterDecide(id, decision, amendHost string) error {
 	decided.DecidedAt = s.now().UTC().Format(time.RFC3339Nano)
 	// A review this replica runs is recorded even if listing it failed
 	// (force); one of another replica only while it is listed.
-	_, ok, err := s.coord.Decide(ctx, ClusterDecision{ID: id, Key: key, Outcome: decision, Reviewer: byUser, Approval: decided}, local)
+	d := ClusterDecision{ID: id, Key: key, Outcome: decision, Reviewer: byUser, Approval: decided}
+	if decision == OutcomeAllowAlways && a.Kind == KindExec {
+		d.Amendment = a.ProposedAmendment
+	}
+	_, ok, err := s.coord.Decide(ctx, d, local)
 	if err != nil {
 		return fmt.Errorf("cluster store: %w", err)
 	}

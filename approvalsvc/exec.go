@@ -105,17 +105,29 @@ func (s *Service) DecideExec(ctx context.Context, req ExecRequest) (ExecResponse
 	check := func() (result, bool) { return sess.cachedResult(key) }
 	r, hit := check()
 	if !hit {
-		r = s.await(ctx, key, ownerID(owner), check, func(ctx context.Context, f *flight) result {
-			return s.reviewExec(ctx, f, sess, owner, env, key, req, sandbox)
-		})
+		run := func(ctx context.Context, f *flight) result {
+			return s.reviewExec(ctx, f, sess, owner, env, key, req, sandbox, newID())
+		}
+		if s.coord != nil {
+			// Cluster mode: listed, decidable and answered on every
+			// replica; its amendment reaches every rules file.
+			run = func(ctx context.Context, f *flight) result {
+				return s.clusterReview(ctx, f, clusterJob{key: key, sess: sess, what: "exec", amendment: req.ProposedAmendment,
+					run: func(ctx context.Context, id string) result {
+						return s.reviewExec(ctx, f, sess, owner, env, key, req, sandbox, id)
+					}})
+			}
+		}
+		r = s.await(ctx, key, ownerID(owner), check, run)
 	}
 	return ExecResponse{ID: r.approvalID, Decision: r.outcome, Approved: r.allow, Reviewer: r.reviewer, Rationale: r.rationale, Risk: r.risk, AmendmentPersisted: r.persisted}, nil
 }
 
-func (s *Service) reviewExec(ctx context.Context, f *flight, sess *session, owner *attribution.Execution, env string, key cacheKey, req ExecRequest, sandbox string) result {
+func (s *Service) reviewExec(ctx context.Context, f *flight, sess *session, owner *attribution.Execution, env string, key cacheKey, req ExecRequest, sandbox, id string) result {
 	start := s.now()
+	rk := key.review()
 	a := Approval{
-		ID: newID(), Kind: KindExec, Status: StatusPending, SessionID: sess.id, EnvironmentID: env, ExecutionID: req.ExecutionID,
+		rkey: &rk, ID: id, Kind: KindExec, Status: StatusPending, SessionID: sess.id, EnvironmentID: env, ExecutionID: req.ExecutionID,
 		Command: append([]string(nil), req.Command...), Cwd: req.Cwd, Reason: req.Reason,
 		SandboxPermissions: sandbox, Justification: req.Justification, ProposedAmendment: req.ProposedAmendment,
 		created: start, CreatedAt: start.UTC().Format(time.RFC3339Nano),
@@ -137,6 +149,6 @@ func (s *Service) reviewExec(ctx context.Context, f *flight, sess *session, owne
 			r.persisted = true
 		}
 	}
-	s.finish(a, r, start, s.flightOwners(f), netReview{})
+	r.decided = s.finish(a, r, start, s.flightOwners(f), netReview{})
 	return r
 }

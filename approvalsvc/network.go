@@ -341,7 +341,7 @@ func (s *Service) finish(a Approval, r result, start time.Time, owners []string,
 	}
 	if s.audit != nil {
 		ev := audit.ApprovalEvent{
-			Time: now, ApprovalID: a.ID, Kind: a.Kind, Decision: decision, Host: a.Host, Port: a.Port, Protocol: a.Protocol,
+			Time: now, Started: start, ApprovalID: a.ID, Kind: a.Kind, Decision: decision, Host: a.Host, Port: a.Port, Protocol: a.Protocol,
 			SessionID: a.SessionID, EnvironmentID: a.EnvironmentID, ExecutionID: a.ExecutionID,
 			Reviewer: r.reviewer, Outcome: r.outcome, Rationale: r.rationale,
 		}

@@ -71,6 +71,8 @@ type Approval struct {
 	ProposedAmendment  []string `json:"proposed_amendment,omitempty"`
 
 	created time.Time
+	// rkey is an exec review's cluster key (cluster mode; see reviewKey).
+	rkey *ReviewKey
 }
 
 // userDecision is what a reviewer posted.
@@ -221,9 +223,9 @@ func (s *Service) askUser(ctx context.Context, a Approval) string {
 	s.metrics.ApprovalPending(1)
 	defer s.metrics.ApprovalPending(-1)
 	s.bus.publish(EventApprovalCreated, a)
-	if s.coord != nil && a.Kind == KindNetwork {
+	if s.coord != nil {
 		octx, cancel := context.WithTimeout(ctx, coordTimeout)
-		err := s.coord.Open(octx, a, ReviewKey{Session: a.SessionID, Env: a.EnvironmentID, Host: a.Host, Protocol: a.Protocol, Port: a.Port})
+		err := s.coord.Open(octx, a, a.reviewKey())
 		cancel()
 		if err != nil {
 			s.log.Warn("listing the review in the cluster failed; only this replica can decide it", "approval_id", a.ID, "error", err)
@@ -244,13 +246,12 @@ func (s *Service) askUser(ctx context.Context, a Approval) string {
 		if ctx.Err() != nil {
 			outcome = OutcomeAbort
 		}
-		if s.coord != nil && a.Kind == KindNetwork && ctx.Err() == nil {
+		if s.coord != nil && ctx.Err() == nil {
 			// Another replica may have decided first: its decision holds.
 			// (At shutdown nothing is recorded: the review stays pending
 			// and decidable on the other replicas.)
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), coordTimeout)
-			held, _, err := s.coord.Decide(dctx, ClusterDecision{ID: a.ID, Key: ReviewKey{Session: a.SessionID, Env: a.EnvironmentID, Host: a.Host, Protocol: a.Protocol, Port: a.Port},
-				Outcome: outcome, Reviewer: byUser}, true)
+			held, _, err := s.coord.Decide(dctx, ClusterDecision{ID: a.ID, Key: a.reviewKey(), Outcome: outcome, Reviewer: byUser}, true)
 			cancel()
 			if err == nil && held.Outcome != "" {
 				return held.Outcome

@@ -19,10 +19,9 @@ import (
 // no *Budget at all: the data path's whole cost is a nil check, and its
 // usage is not counted.
 //
-// Per authenticated client (SPEC §4.4) is not built yet: the seam is that
-// a *Budget is attached to a connection at attribution (proxy.Gate); a
-// client identity would attach its own the same way, and the data path
-// would check both.
+// An authenticated client (SPEC §4.4, clients.go) has its own *Budget under
+// the same host-wide limits; the data path puts it on the connection for
+// the client's requests, as it does an execution's.
 
 // Budget limit names: the keys of [budgets], of "budgets" and "usage", and
 // the limit label of netproxy_budget_exceeded_total.

@@ -58,6 +58,7 @@ type Amender interface {
 // RulePersister mirrors amendments into this replica's rules file.
 type RulePersister interface {
 	AppendNetworkRule(r execpolicy.NetworkRule) (bool, error)
+	AppendPrefixRule(tokens []string) (bool, error)
 }
 
 // Reviews receives the review changes other replicas make.

@@ -17,25 +17,47 @@ import (
 	"github.com/netproxy/netproxy/approvalsvc"
 )
 
-// beginScript: a stored session-wide outcome, else an amendment for the
-// host, else join the open review, else open one (atomically). Stored
-// records are returned sealed: the caller verifies them (Redis is not
-// trusted to say what they mean); with ARGV[5] = '1' stored outcomes are
-// skipped (the caller found them forged or replayed).
+// beginScript: a stored session-wide outcome, else (network) an amendment
+// for the host, else join the open review, else — within the cluster's
+// pending bounds — open one, all atomically. Stored records are returned
+// sealed: the caller verifies them (Redis is not trusted to say what they
+// mean); with ARGV[5] = '1' stored outcomes are skipped (the caller found
+// them forged or replayed).
 //
-// KEYS: cache hash, amend hash, review key. ARGV: field, host, sealed value,
-// lease ms, skip stored.
+// The bounds (SPEC §5, approvals.max_pending and max_pending_per_session,
+// across replicas): every open review holds a slot in P slots and
+// P slots:<session> scored with its lease's end on Redis's clock, so the
+// slots of a replica that died free themselves when its reviews would have
+// timed out; the decision removes them.
+//
+// KEYS: cache hash, amend hash, review key, slots, session slots. ARGV:
+// field, host (empty for an exec review), sealed value, lease ms, skip stored,
+// approval id, max pending (0: none), max per session (0: none).
 var beginScript = redis.NewScript(`
 if ARGV[5] ~= '1' then
   local c = redis.call('HGET', KEYS[1], ARGV[1])
   if c then return {'cache', c} end
-  local a = redis.call('HGET', KEYS[2], ARGV[2])
-  if a then return {'amend', a} end
+  if ARGV[2] ~= '' then
+    local a = redis.call('HGET', KEYS[2], ARGV[2])
+    if a then return {'amend', a} end
+  end
 end
-if redis.call('SET', KEYS[3], ARGV[3], 'NX', 'PX', ARGV[4]) then return {'lead', ARGV[3]} end
 local v = redis.call('GET', KEYS[3])
 if v then return {'join', v} end
-return {'retry', ''}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+local n = redis.call('ZCARD', KEYS[4])
+if tonumber(ARGV[7]) > 0 and n >= tonumber(ARGV[7]) then return {'full', 'total|' .. n} end
+local m = redis.call('ZCARD', KEYS[5])
+if tonumber(ARGV[8]) > 0 and m >= tonumber(ARGV[8]) then return {'full', 'session|' .. m} end
+redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
+local exp = now + tonumber(ARGV[4])
+redis.call('ZADD', KEYS[4], exp, ARGV[6])
+redis.call('ZADD', KEYS[5], exp, ARGV[6])
+redis.call('PEXPIRE', KEYS[5], ARGV[4])
+return {'lead', ARGV[3]}
 `)
 
 // decideScript records a decision once: it takes the review off the
@@ -43,11 +65,13 @@ return {'retry', ''}
 // the review key, writes the session cache and the amendment, and appends
 // the changes to the stream — all or nothing.
 //
-// KEYS: pending, decision, review, cache hash, amend hash, stream.
-// ARGV: id, sealed decision, force, field, sealed cache value, host, sealed
-// amend value, node, stream maxlen, sealed cache change, sealed amend
-// change, decision ttl s, cache ttl s, sealed decided change. Everything is
-// sealed by the caller; the script only stores.
+// KEYS: pending, decision, review, cache hash, amend hash (P amend for a
+// network review, P xamend for an exec review), stream, slots, session
+// slots. ARGV: id, sealed decision, force, field, sealed cache value, amend
+// field, sealed amend value, node, stream maxlen, sealed cache change,
+// sealed amend change, decision ttl s, cache ttl s, sealed decided change,
+// amend change type. Everything is sealed by the caller; the script only
+// stores.
 var decideScript = redis.NewScript(`
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   local d = redis.call('GET', KEYS[2])
@@ -55,6 +79,8 @@ if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   if ARGV[3] ~= '1' then return {'missing', ''} end
 end
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[12])
+redis.call('ZREM', KEYS[7], ARGV[1])
+redis.call('ZREM', KEYS[8], ARGV[1])
 local v = redis.call('GET', KEYS[3])
 if v then
   local dot = string.find(v, '.', 1, true)
@@ -67,7 +93,7 @@ if ARGV[5] ~= '' then
 end
 if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[5], ARGV[6], ARGV[7])
-  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[9], '*', 't', 'amend', 'n', ARGV[8], 'd', ARGV[11])
+  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[9], '*', 't', ARGV[15], 'n', ARGV[8], 'd', ARGV[11])
 end
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[9], '*', 't', 'decided', 'n', ARGV[8], 'd', ARGV[14])
 return {'ok', ''}
@@ -83,11 +109,12 @@ func (c *Cluster) Begin(ctx context.Context, k approvalsvc.ReviewKey, id string,
 	rkey := c.k.review(k)
 	value := c.seal.seal(rkey, "", []byte(id+"|"+strconv.FormatInt(deadline.UnixMilli(), 10)))
 	lease := time.Until(deadline) + 5*time.Second
+	maxTotal, maxSession := c.pendingBounds()
 	skip := "0"
 	for try := 0; try < 3; try++ {
 		c.m.cmd("begin")
-		res, err := beginScript.Run(ctx, c.rdb, []string{c.k.cache(k.Session), c.k.amend(), rkey},
-			reviewField(k), k.Host, value, lease.Milliseconds(), skip).StringSlice()
+		res, err := beginScript.Run(ctx, c.rdb, []string{c.k.cache(k.Session), c.k.amend(), rkey, c.k.slots(), c.k.sessionSlots(k.Session)},
+			reviewField(k), k.Host, value, lease.Milliseconds(), skip, id, maxTotal, maxSession).StringSlice()
 		if err != nil {
 			c.fail("begin", err)
 			c.m.unavailable.Inc()
@@ -105,6 +132,8 @@ func (c *Cluster) Begin(ctx context.Context, k approvalsvc.ReviewKey, id string,
 			skip = "1" // forged or replayed: a review decides instead
 		case "lead":
 			return approvalsvc.Begin{Kind: approvalsvc.BeginLead, ID: id, Deadline: deadline}, nil
+		case "full":
+			return approvalsvc.Begin{Kind: approvalsvc.BeginOverloaded, Why: overloadWhy(res[1])}, nil
 		case "join":
 			jid, jdeadline, err := c.openReview(rkey, res[1])
 			if err != nil {
@@ -222,8 +251,17 @@ func (c *Cluster) Decide(ctx context.Context, d approvalsvc.ClusterDecision, for
 	}
 	field, cacheOut := reviewField(d.Key), cacheOutcome(d.Outcome)
 	amend := amendChange{Host: d.Key.Host, Verdict: amendVerdict(d.Outcome), Protocol: d.Key.Protocol}
+	var xamend execAmend
+	if d.Key.Exec() {
+		// An exec review amends no host list; its allow_always may add a
+		// prefix rule.
+		amend.Verdict = ""
+		if d.Outcome == approvalsvc.OutcomeAllowAlways {
+			xamend.Tokens = d.Amendment
+		}
+	}
 	var seq uint64
-	if cacheOut != "" || amend.Verdict != "" {
+	if cacheOut != "" || amend.Verdict != "" || len(xamend.Tokens) > 0 {
 		// Versioned records: a copy of an older one written back is refused.
 		if seq, err = c.nextSeq(ctx); err != nil {
 			return d, false, err
@@ -237,9 +275,16 @@ func (c *Cluster) Decide(ctx context.Context, d approvalsvc.ClusterDecision, for
 		ch, _ := json.Marshal(cacheChange{Key: d.Key, Outcome: cacheOut, Seq: seq})
 		cacheVal, cacheChg = c.seal.seal(cacheKey, field, v), c.streamValue(evCache, ch)
 	}
-	if amend.Verdict != "" {
+	amendKey, amendField, amendType := c.k.amend(), d.Key.Host, evAmend
+	switch {
+	case amend.Verdict != "":
 		v, _ := json.Marshal(amend)
 		amendVal, amendChg = c.seal.seal(c.k.amend(), d.Key.Host, v), c.streamValue(evAmend, v)
+	case len(xamend.Tokens) > 0:
+		xamend.Seq = seq
+		v, _ := json.Marshal(xamend)
+		amendKey, amendField, amendType = c.k.xamend(), execAmendField(xamend.Tokens), evExecAmend
+		amendVal, amendChg = c.seal.seal(amendKey, amendField, v), c.streamValue(evExecAmend, v)
 	}
 	f := "0"
 	if force {
@@ -247,9 +292,9 @@ func (c *Cluster) Decide(ctx context.Context, d approvalsvc.ClusterDecision, for
 	}
 	c.m.cmd("decide")
 	res, err := decideScript.Run(ctx, c.rdb,
-		[]string{c.k.pending(), c.k.decision(d.ID), c.k.review(d.Key), cacheKey, c.k.amend(), c.k.events()},
-		d.ID, c.seal.seal(c.k.decision(d.ID), "", data), f, field, cacheVal, d.Key.Host, amendVal, c.node, streamMaxLen, cacheChg, amendChg,
-		int(decisionTTL.Seconds()), int(cacheTTL.Seconds()), c.streamValue(evDecided, data)).StringSlice()
+		[]string{c.k.pending(), c.k.decision(d.ID), c.k.review(d.Key), cacheKey, amendKey, c.k.events(), c.k.slots(), c.k.sessionSlots(d.Key.Session)},
+		d.ID, c.seal.seal(c.k.decision(d.ID), "", data), f, field, cacheVal, amendField, amendVal, c.node, streamMaxLen, cacheChg, amendChg,
+		int(decisionTTL.Seconds()), int(cacheTTL.Seconds()), c.streamValue(evDecided, data), amendType).StringSlice()
 	if err != nil {
 		c.fail("decide", err)
 		return d, false, err

@@ -43,7 +43,10 @@ const SchemaVersion = "2"
 //	P placeholders         hash    sha256(placeholder body) (hex) → {exec, cred, node} JSON (never the secret)
 //	P amend                hash    host → amendChange JSON (verdict, protocol, seq)
 //	P cache:<session>      hash    reviewField JSON → cacheValue JSON (outcome, seq)
+//	P xamend               hash    sha256(tokens JSON) (hex) → execAmend JSON (an exec review's prefix rule, seq)
 //	P review:<sha256(key)> string  "<approval id>|<deadline unix ms>" while a review is open
+//	P slots                zset    approval id → expiry (unix ms): the reviews open cluster-wide (bounds.go; not sealed)
+//	P slots:<session>      zset    the same per session
 //	P pending              hash    approval id → pendingRecord JSON (human reviews waiting)
 //	P decision:<id>        string  approvalsvc.ClusterDecision JSON, kept one hour
 type keys struct{ p string }
@@ -58,6 +61,11 @@ func (k keys) execs() string            { return k.p + "execs" }
 func (k keys) amend() string            { return k.p + "amend" }
 func (k keys) cache(sess string) string { return k.p + "cache:" + sess }
 func (k keys) pending() string          { return k.p + "pending" }
+func (k keys) xamend() string           { return k.p + "xamend" }
+func (k keys) slots() string            { return k.p + "slots" }
+func (k keys) sessionSlots(sess string) string {
+	return k.p + "slots:" + sess
+}
 func (k keys) decision(id string) string {
 	return k.p + "decision:" + id
 }
@@ -82,16 +90,31 @@ func (k keys) cachePattern() string {
 }
 
 // reviewField is the field of a session cache entry: the review key
-// without the session, as a JSON array (unambiguous whatever the strings).
+// without the session, as a JSON array (unambiguous whatever the strings):
+// [env, host, protocol, port] for a network review, ["exec", env, identity]
+// for an exec review.
 func reviewField(k approvalsvc.ReviewKey) string {
-	b, _ := json.Marshal([]any{k.Env, k.Host, k.Protocol, k.Port})
+	v := []any{k.Env, k.Host, k.Protocol, k.Port}
+	if k.Exec() {
+		v = []any{"exec", k.Env, k.Ident}
+	}
+	b, _ := json.Marshal(v)
 	return string(b)
 }
 
 // parseReviewField is the inverse of reviewField.
 func parseReviewField(session, field string) (approvalsvc.ReviewKey, error) {
 	var parts []json.RawMessage
-	if err := json.Unmarshal([]byte(field), &parts); err != nil || len(parts) != 4 {
+	if err := json.Unmarshal([]byte(field), &parts); err == nil && len(parts) == 3 {
+		k := approvalsvc.ReviewKey{Session: session}
+		var kind string
+		if json.Unmarshal(parts[0], &kind) != nil || kind != "exec" || json.Unmarshal(parts[1], &k.Env) != nil ||
+			json.Unmarshal(parts[2], &k.Ident) != nil || !k.Exec() {
+			return approvalsvc.ReviewKey{}, errors.New(`session cache field is not ["exec", env, identity]`)
+		}
+		return k, nil
+	}
+	if len(parts) != 4 {
 		return approvalsvc.ReviewKey{}, errors.New("session cache field is not [env, host, protocol, port]")
 	}
 	k := approvalsvc.ReviewKey{Session: session}
@@ -154,6 +177,7 @@ const (
 	evAmend     = "amend"      // d: {"host":…, "verdict":…, "protocol":…}
 	evCreated   = "created"    // d: approvalsvc.Approval
 	evDecided   = "decided"    // d: approvalsvc.ClusterDecision
+	evExecAmend = "exec_amend" // d: execAmend
 )
 
 type cacheChange struct {

@@ -23,6 +23,7 @@ type snapshot struct {
 	keys   map[string][32]byte
 	amend  map[string]amendChange
 	caches []cacheChange
+	xamend []execAmend
 }
 
 // resync loads the whole shared state, applies it, republishes this
@@ -133,6 +134,11 @@ func (c *Cluster) load(ctx context.Context) (snapshot, []error, error) {
 		}
 		s.amend[host] = a
 	}
+	xamend, err := c.rdb.HGetAll(ctx, c.k.xamend()).Result()
+	if err != nil {
+		return s, nil, fmt.Errorf("reading exec amendments: %w", err)
+	}
+	s.xamend = c.loadExecAmends(xamend)
 	iter := c.rdb.Scan(ctx, 0, c.k.cachePattern(), 1000).Iterator()
 	for iter.Next(ctx) {
 		key := iter.Val()
@@ -194,6 +200,9 @@ func (c *Cluster) apply(s snapshot) {
 	}
 	for _, ch := range s.caches {
 		c.applyCache(ch, c.k.cache(ch.Key.Session))
+	}
+	for _, a := range s.xamend {
+		c.acceptExecAmend(a, c.k.xamend()+" "+execAmendField(a.Tokens))
 	}
 }
 
@@ -333,9 +342,16 @@ func (c *Cluster) applyChange(msg redis.XMessage) {
 			return
 		}
 		c.applyAmend(a)
+	case evExecAmend:
+		a, err := parseExecAmend("", data)
+		if err != nil {
+			bad(err)
+			return
+		}
+		c.acceptExecAmend(a, c.k.events()+" "+msg.ID)
 	case evCache:
 		var ch cacheChange
-		if err := json.Unmarshal(data, &ch); err != nil || ch.Key.Host == "" || cacheOutcome(ch.Outcome) == "" {
+		if err := json.Unmarshal(data, &ch); err != nil || (ch.Key.Host == "") == !ch.Key.Exec() || cacheOutcome(ch.Outcome) == "" {
 			bad(fmt.Errorf("cache: %v", err))
 			return
 		}

@@ -83,16 +83,23 @@ type Sources struct {
 	ReadFile  func(string) ([]byte, error)
 }
 
-// Load checks every spec and reads every secret. An error names the
-// credential and its key (credentials[i] "name": secret_env: …) and never
-// contains any part of a secret.
-func Load(specs []Spec, src Sources) (*Set, error) {
+// withDefaults fills what src leaves nil with the process's environment
+// and file system.
+func (src Sources) withDefaults() Sources {
 	if src.LookupEnv == nil {
 		src.LookupEnv = os.LookupEnv
 	}
 	if src.ReadFile == nil {
 		src.ReadFile = os.ReadFile
 	}
+	return src
+}
+
+// Load checks every spec and reads every secret. An error names the
+// credential and its key (credentials[i] "name": secret_env: …) and never
+// contains any part of a secret.
+func Load(specs []Spec, src Sources) (*Set, error) {
+	src = src.withDefaults()
 	set := &Set{byName: map[string]*credential{}}
 	var errs []error
 	for i, raw := range specs {
@@ -130,6 +137,14 @@ func Load(specs []Spec, src Sources) (*Set, error) {
 		return nil, errors.Join(errs...)
 	}
 	return set, nil
+}
+
+// ReadSecret reads one secret from the variable env or, when env is "",
+// the file (trailing blanks and newlines dropped), as [[credentials]] do;
+// used for [[proxy_auth.clients]] too. An error names the key
+// (secret_env / secret_file) and the OS error, never the content.
+func ReadSecret(env, file string, src Sources) (string, error) {
+	return readSecret(Spec{SecretEnv: env, SecretFile: file}, src.withDefaults())
 }
 
 func readSecret(s Spec, src Sources) (string, error) {

@@ -21,6 +21,8 @@ func (d Decision) Message() string {
 		return "MITM required for limited HTTPS."
 	case ReasonBudgetExceeded:
 		return BudgetMessage
+	case ReasonProxyAuthRequired:
+		return ProxyAuthMessage
 	case ReasonRequestDenied:
 		if d.RuleMessage != "" {
 			return d.RuleMessage
@@ -41,6 +43,8 @@ func (d Decision) Message() string {
 			return "Blocked by this execution's network policy."
 		case LevelSession:
 			return "Blocked by this session's network policy."
+		case LevelClient:
+			return "Blocked by this client's network policy."
 		}
 	}
 	return "Request blocked by network policy."

@@ -49,7 +49,7 @@ type Scope struct {
 	spec        ScopeSpec
 }
 
-// Level is "execution" or "session".
+// Level is "execution", "session" or "client".
 func (sc *Scope) Level() string { return sc.level }
 
 // Spec returns the entries the scope was built from.
@@ -58,8 +58,8 @@ func (sc *Scope) Spec() ScopeSpec { return sc.spec }
 // BuildScope validates and compiles spec at level. Every bad entry is
 // reported, each naming its key ("allow[2]", "deny[0]", "mode").
 func BuildScope(level string, spec ScopeSpec) (*Scope, error) {
-	if level != LevelExecution && level != LevelSession {
-		return nil, fmt.Errorf("level %q is not %q or %q", level, LevelExecution, LevelSession)
+	if level != LevelExecution && level != LevelSession && level != LevelClient {
+		return nil, fmt.Errorf("level %q is not %q, %q or %q", level, LevelExecution, LevelSession, LevelClient)
 	}
 	var errs []error
 	if n := len(spec.Allow) + len(spec.Deny); n > maxScopeEntries {

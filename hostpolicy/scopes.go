@@ -6,9 +6,10 @@ import (
 )
 
 // Scopes holds the compiled narrower policies the pipeline's scopes stage
-// applies: one per session (PUT /v1/sessions/{id}/network) and one per
-// active execution (the "network" object of its registration). It is a
-// ScopeSource. Safe for concurrent use.
+// applies: one per session (PUT /v1/sessions/{id}/network), one per
+// active execution (the "network" object of its registration), and one
+// per authenticated client ([[proxy_auth.clients]], keyed by the client's
+// session id; SPEC §4.4). It is a ScopeSource. Safe for concurrent use.
 type Scopes struct {
 	// defaultSession is the session of an unattributed request.
 	defaultSession string
@@ -16,7 +17,11 @@ type Scopes struct {
 	mu       sync.RWMutex
 	sessions map[string]*Scope
 	execs    map[string]*Scope
-	// n is len(sessions)+len(execs), read without the lock so that a
+	// clients are the configured clients' policies by session id, kept
+	// apart from sessions so that the control API's PUT/DELETE of a
+	// session policy can add to a client's, never replace it.
+	clients map[string]*Scope
+	// n is len(sessions)+len(execs)+len(clients), read without the lock so that a
 	// proxy with no narrower policy pays one atomic load per request.
 	n atomic.Int64
 
@@ -26,7 +31,7 @@ type Scopes struct {
 // NewScopes returns an empty store; an unattributed request belongs to
 // defaultSession.
 func NewScopes(defaultSession string) *Scopes {
-	return &Scopes{defaultSession: defaultSession, sessions: map[string]*Scope{}, execs: map[string]*Scope{}}
+	return &Scopes{defaultSession: defaultSession, sessions: map[string]*Scope{}, execs: map[string]*Scope{}, clients: map[string]*Scope{}}
 }
 
 // SetExecution installs (sc non-nil) or drops (sc nil) execution id's
@@ -49,7 +54,23 @@ func (s *Scopes) set(m map[string]*Scope, id string, sc *Scope) {
 	} else {
 		m[id] = sc
 	}
-	s.n.Store(int64(len(s.sessions) + len(s.execs)))
+	s.n.Store(int64(len(s.sessions) + len(s.execs) + len(s.clients)))
+}
+
+// SetClients replaces every authenticated client's policy at once (a
+// reload), keyed by the client's session id, and tells the subscribers
+// (open connections are re-checked).
+func (s *Scopes) SetClients(bySession map[string]*Scope) {
+	s.mu.Lock()
+	s.clients = make(map[string]*Scope, len(bySession))
+	for id, sc := range bySession {
+		if sc != nil {
+			s.clients[id] = sc
+		}
+	}
+	s.n.Store(int64(len(s.sessions) + len(s.execs) + len(s.clients)))
+	s.mu.Unlock()
+	s.subs.notify()
 }
 
 // Session returns session id's policy.
@@ -90,8 +111,9 @@ func (s *subscribers) notify() {
 }
 
 // For returns the scopes a request of executionID / sessionID must pass:
-// the session's, then the execution's. An unattributed request belongs to
-// the default session. It returns nil (no allocation) when none applies.
+// an authenticated client's (its session id), the session's, then the
+// execution's. An unattributed request belongs to the default session. It
+// returns nil (no allocation) when none applies.
 func (s *Scopes) For(executionID, sessionID string) []*Scope {
 	if s.n.Load() == 0 {
 		return nil
@@ -105,6 +127,13 @@ func (s *Scopes) For(executionID, sessionID string) []*Scope {
 	var es *Scope
 	if executionID != "" {
 		es = s.execs[executionID]
+	}
+	if cs := s.clients[sessionID]; cs != nil && executionID == "" {
+		out := []*Scope{cs}
+		if ss != nil {
+			out = append(out, ss)
+		}
+		return out
 	}
 	switch {
 	case ss == nil && es == nil:

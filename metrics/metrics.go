@@ -78,6 +78,7 @@ type Metrics struct {
 	hosts *hostLabels
 
 	budgetExceeded *prometheus.CounterVec // budget.go
+	proxyAuth      *prometheus.CounterVec // proxyauth.go
 }
 
 // Fixed label value sets. A value outside its set is recorded as "other";
@@ -85,7 +86,7 @@ type Metrics struct {
 var (
 	protocolValues    = set("http", "https", "socks5-tcp")
 	decisionValues    = set("allow", "deny", "ask")
-	reasonValues      = set("denied", "not_allowed", "not_allowed_local", "method_not_allowed", "mitm_required", "mitm_hook_denied", "proxy_disabled", "attribution_rejected", "policy_denied", "proxy_loop", "approvals_overloaded", "approvals_unavailable", "credential_misuse", "budget_exceeded", "sni_mismatch", "request_denied")
+	reasonValues      = set("denied", "not_allowed", "not_allowed_local", "method_not_allowed", "mitm_required", "mitm_hook_denied", "proxy_disabled", "attribution_rejected", "policy_denied", "proxy_loop", "approvals_overloaded", "approvals_unavailable", "credential_misuse", "budget_exceeded", "sni_mismatch", "request_denied", "proxy_auth_required")
 	sourceValues      = set("baseline_policy", "decider", "mode_guard", "proxy_state")
 	approvalKinds     = set("network", "exec")
 	reviewerValues    = set("user", "guardian", "hook", "cache", "policy")
@@ -242,6 +243,7 @@ func New(maxHostLabels int) *Metrics {
 	)
 	m.initSeries()
 	m.initBudget()
+	m.initProxyAuth()
 	return m
 }
 

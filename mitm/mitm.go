@@ -181,6 +181,9 @@ type Tunnel struct {
 	Dial func(ctx context.Context) (net.Conn, error)
 	// Bytes, when set, is told the bytes relayed per direction.
 	Bytes func(dir string, n int64)
+	// Ended, when set, is told the end of every forwarded inner request
+	// (exchange.go).
+	Ended func(Exchange)
 }
 
 // Authority returns host:port as the inner requests' Host must name it
@@ -447,6 +450,7 @@ func isTokenByte(c byte) bool {
 // serveOne answers one inner request and reports whether the connection
 // may carry another.
 func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transport, up *h1Upstream, tc net.Conn, br *bufio.Reader, bw *bufio.Writer, req *http.Request) (bool, error) {
+	x := Exchange{Method: req.Method, Started: time.Now()}
 	hasBody := req.ContentLength != 0
 	if !SameAuthority(req.Host, t.Host, t.Port) {
 		return false, writeResponse(bw, req, TextResponse(req, http.StatusBadRequest, "Host header does not match CONNECT target"), true)
@@ -510,9 +514,12 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 		resp, err = tr.RoundTrip(out)
 	}
 	if err != nil {
+		x.Failed = true
+		defer t.ended(x)
 		return false, writeResponse(bw, req, TextResponse(req, http.StatusBadGateway, UpstreamFailure(t.Host, err)), true)
 	}
 	defer resp.Body.Close()
+	x.Status = resp.StatusCode
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// Only for the protocol asked for; anything else would hold the
 		// client's connection slot for as long as the upstream likes.
@@ -521,7 +528,10 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 			writeResponse(bw, req, TextResponse(req, http.StatusBadGateway, "upstream failure"), true)
 			return false, errors.New("mitm: upstream switched protocols without a matching upgrade request")
 		}
-		return false, spliceUpgrade(tc, br, bw, resp, rwc, t.Bytes)
+		err := spliceUpgrade(tc, br, bw, resp, rwc, t.countBytes(&x))
+		x.Err = err
+		t.ended(x)
+		return false, err
 	}
 	removeHopByHop(resp.Header)
 	// The upstream may have answered over HTTP/2: the client speaks 1.1.
@@ -549,6 +559,11 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 			t.Bytes("up", sent.n)
 		}
 	}
+	x.Down, x.Err = cr.n, err
+	if sent != nil {
+		x.Up = sent.n
+	}
+	t.ended(x)
 	return !closeAfter && err == nil, err
 }
 
@@ -588,32 +603,38 @@ func (i *Interceptor) serveH2(ctx context.Context, t *Tunnel, tr *http.Transport
 				io.WriteString(w, "request header too large\n")
 				return
 			}
-			up, down := i.serveStream(t, tr, w, r)
+			started := time.Now()
+			up, down, status, forwarded := i.serveStream(t, tr, w, r)
 			if t.Bytes != nil {
 				mu.Lock()
 				t.Bytes("up", up)
 				t.Bytes("down", down)
 				mu.Unlock()
 			}
+			if forwarded {
+				t.ended(Exchange{Method: r.Method, Started: started, Status: status, Up: up, Down: down, Failed: status == 0})
+			}
 		}),
 	})
 	return nil
 }
 
-// serveStream answers one HTTP/2 stream and reports the body bytes moved.
-func (i *Interceptor) serveStream(t *Tunnel, tr *http.Transport, w http.ResponseWriter, r *http.Request) (up, down int64) {
+// serveStream answers one HTTP/2 stream and reports the body bytes moved,
+// the upstream's status (0: none came) and whether it went upstream.
+func (i *Interceptor) serveStream(t *Tunnel, tr *http.Transport, w http.ResponseWriter, r *http.Request) (up, down int64, status int, forwarded bool) {
 	ctx := r.Context()
 	if !SameAuthority(r.Host, t.Host, t.Port) {
 		http.Error(w, "Host header does not match CONNECT target", http.StatusBadRequest)
-		return 0, 0
+		return 0, 0, 0, false
 	}
 	if resp := t.Check(ctx, r); resp != nil {
 		defer resp.Body.Close()
 		copyHeader(w.Header(), resp.Header)
 		w.WriteHeader(resp.StatusCode)
 		io.Copy(w, resp.Body)
-		return 0, 0
+		return 0, 0, 0, false
 	}
+	forwarded = true
 	out := r.Clone(ctx)
 	out.RequestURI = ""
 	out.URL.Scheme = "https"
@@ -636,6 +657,7 @@ func (i *Interceptor) serveStream(t *Tunnel, tr *http.Transport, w http.Response
 		return
 	}
 	defer resp.Body.Close()
+	status = resp.StatusCode
 	removeHopByHop(resp.Header)
 	copyHeader(w.Header(), resp.Header)
 	for k := range resp.Trailer {

@@ -15,10 +15,12 @@ import (
 // tier, per-execution host) listeners to netproxy, writing the attribution
 // frame before any byte of the client.
 type bridge struct {
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	lns   []net.Listener
-	conns map[net.Conn]struct{}
+	wg sync.WaitGroup
+	mu sync.Mutex
+	// closers are the sockets served for the run (listeners, capture's
+	// resolver); close closes them, which ends their serve loops.
+	closers []io.Closer
+	conns   map[net.Conn]struct{}
 	// rejected counts connections refused by an admission check.
 	rejected atomic.Int64
 }
@@ -36,12 +38,33 @@ func (b *bridge) serve(ctx context.Context, l net.Listener, upstream string, tar
 // serveFiltered is serve with an admission check: a connection for which
 // admit returns false is closed before anything is dialled or framed.
 func (b *bridge) serveFiltered(ctx context.Context, l net.Listener, upstream string, target *ProxyTarget, admit func(net.Conn) bool) {
+	b.acceptLoop(l, func(c net.Conn) {
+		if admit != nil && !admit(c) {
+			b.rejected.Add(1)
+			c.Close()
+			return
+		}
+		b.relay(ctx, c, upstream, target)
+	})
+}
+
+// serveSocket runs serve in a goroutine close waits for; close closes c,
+// which ends serve.
+func (b *bridge) serveSocket(c io.Closer, serve func()) {
 	b.mu.Lock()
-	b.lns = append(b.lns, l)
+	b.closers = append(b.closers, c)
 	b.mu.Unlock()
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
+		serve()
+	}()
+}
+
+// acceptLoop accepts on l until it is closed and runs handle for each
+// connection in a goroutine of its own; close waits for them.
+func (b *bridge) acceptLoop(l net.Listener, handle func(net.Conn)) {
+	b.serveSocket(l, func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
@@ -58,15 +81,10 @@ func (b *bridge) serveFiltered(ctx context.Context, l net.Listener, upstream str
 			b.wg.Add(1)
 			go func() {
 				defer b.wg.Done()
-				if admit != nil && !admit(c) {
-					b.rejected.Add(1)
-					c.Close()
-					return
-				}
-				b.relay(ctx, c, upstream, target)
+				handle(c)
 			}()
 		}
-	}()
+	})
 }
 
 func (b *bridge) track(c net.Conn, on bool) {
@@ -103,6 +121,12 @@ func (b *bridge) relay(ctx context.Context, client net.Conn, upstream string, ta
 		return
 	}
 	_ = up.SetWriteDeadline(time.Time{})
+	splice(client, up)
+}
+
+// splice copies both ways until each side has ended, half-closing as it
+// goes.
+func splice(client, up net.Conn) {
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
 		_, _ = io.Copy(dst, src)
@@ -134,8 +158,8 @@ func (b *bridge) refusedSignal() []string {
 // close stops accepting, tears down live relays and waits for them.
 func (b *bridge) close() {
 	b.mu.Lock()
-	for _, l := range b.lns {
-		_ = l.Close()
+	for _, c := range b.closers {
+		_ = c.Close()
 	}
 	for c := range b.conns {
 		_ = c.Close()

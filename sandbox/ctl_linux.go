@@ -29,6 +29,7 @@ const (
 	msgPTY         = "pty"          // init → parent, with the pty master fd
 	msgKill        = "kill"         // parent → init: kill the command and every descendant
 	msgPrepared    = "prepared"     // parent → init: the placeholders exist
+	msgCapture     = "capture"      // init → parent, with capture's sockets (capture_init_linux.go)
 )
 
 // initConfig is what the init needs; it never carries a token.
@@ -44,6 +45,7 @@ type initConfig struct {
 	ProtectedNames []string         `json:"protected_names"`
 	Hidden         []hiddenPath     `json:"hidden,omitempty"` // hide.go
 	Listeners      []listenerConfig `json:"listeners,omitempty"`
+	Capture        *captureConfig   `json:"capture,omitempty"`       // namespaces tier, proxied
 	ConnectPorts   []uint16         `json:"connect_ports,omitempty"` // landlock tier
 	PrivateTmp     string           `json:"private_tmp,omitempty"`   // landlock tier
 	// TmpfsSize is size= for /tmp, /run and /dev/shm ("" → kernel default).

@@ -104,32 +104,41 @@ func initNamespaces(ctl int, cfg *initConfig) ([]string, error) {
 	if err := bringLoopbackUp(); err != nil {
 		return nil, stepErr("loopback_up", err)
 	}
-	return notes, initListeners(ctl, cfg.Listeners)
+	n, err := initListeners(ctl, cfg.Listeners, cfg.Capture)
+	return append(notes, n...), err
 }
 
-// initListeners hands the in-sandbox proxy listeners to the parent and
-// waits for its bridge.
-func initListeners(ctl int, ls []listenerConfig) error {
-	if len(ls) == 0 {
-		return nil
+// initListeners hands the in-sandbox proxy listeners (and capture's
+// sockets) to the parent and waits for its bridge.
+func initListeners(ctl int, ls []listenerConfig, cc *captureConfig) ([]string, error) {
+	if len(ls) == 0 && cc == nil {
+		return nil, nil
 	}
 	for _, l := range ls {
 		fd, err := listenLoopback(l.Port)
 		if err != nil {
-			return stepErr(fmt.Sprintf("listen 127.0.0.1:%d", l.Port), err)
+			return nil, stepErr(fmt.Sprintf("listen 127.0.0.1:%d", l.Port), err)
 		}
 		err = ctlSend(ctl, ctlMsg{Type: msgListener, Name: l.Name}, fd)
 		unix.Close(fd)
 		if err != nil {
-			return stepErr("send_listener", err)
+			return nil, stepErr("send_listener", err)
 		}
+	}
+	var notes []string
+	if cc != nil {
+		n, err := initCapture(ctl, cc)
+		if err != nil {
+			return nil, err
+		}
+		notes = n
 	}
 	r, fds, err := ctlRecv(ctl)
 	closeFDs(fds)
 	if err != nil || r.Type != msgBridgeReady {
-		return stepErr("bridge_ready", fmt.Errorf("parent did not confirm the bridge (%v, %q)", err, r.Type))
+		return nil, stepErr("bridge_ready", fmt.Errorf("parent did not confirm the bridge (%v, %q)", err, r.Type))
 	}
-	return nil
+	return notes, nil
 }
 
 // initPTY gives the command a terminal of its own when the caller has one:

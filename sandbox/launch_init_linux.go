@@ -39,8 +39,9 @@ type launch struct {
 	childEnd *os.File                         // the init's end (fd 3 there)
 	send     func(m ctlMsg, fds ...int) error // to the init; a fake in tests
 	cfg      *initConfig
-	br       *bridge  // proxied network only
-	tree     peerTree // the init's pid once started: the landlock tier's bridge serves only its tree
+	br       *bridge   // proxied network only
+	capt     *capturer // transparent capture, once its sockets arrived
+	tree     peerTree  // the init's pid once started: the landlock tier's bridge serves only its tree
 	cmd      *exec.Cmd
 	stdio    *stdio
 	sv       *supervisor
@@ -133,6 +134,9 @@ func (l *launch) tierEnv(env []string) ([]string, error) {
 				socks = "127.0.0.1:" + strconv.Itoa(sandboxSOCKSPort)
 			}
 			env = ProxyEnv(env, "127.0.0.1:"+strconv.Itoa(sandboxHTTPPort), socks)
+			if s.Capture {
+				cfg.Capture = &captureConfig{Port: capturePort}
+			}
 		}
 		cfg.Files = s.Files
 		return fileEnv(env, "/tmp", s.Files), nil
@@ -153,6 +157,10 @@ func (l *launch) tierEnv(env []string) ([]string, error) {
 	env = fileEnv(env, tmp, s.Files)
 	if s.Network != NetworkProxied {
 		return env, nil
+	}
+	if s.Capture {
+		// No network namespace here to capture in (docs/sandbox.md).
+		l.res.Signals = append(l.res.Signals, "capture_unavailable:landlock_tier")
 	}
 	p, err := s.resolveProxy(l.ctx)
 	if err != nil {
@@ -190,6 +198,10 @@ func (l *launch) prepareCommand() error {
 			// The init runs as the real uid: it needs these to build the
 			// sandbox and drops them all before the command starts.
 			sys.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP}
+			if l.cfg.Capture != nil {
+				// The resolver's port 53 and the capture port are privileged.
+				sys.AmbientCaps = append(sys.AmbientCaps, unix.CAP_NET_BIND_SERVICE)
+			}
 		}
 	} else {
 		l.cmd.SysProcAttr.Setpgid = true

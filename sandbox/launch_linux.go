@@ -81,6 +81,10 @@ func Run(ctx context.Context, s Spec) (Result, error) {
 			return res, err
 		}
 		causes := []string{"user namespaces unavailable (" + ue.Error() + ")"}
+		if s.Capture && s.CaptureRequired && s.Network == NetworkProxied {
+			causes = append(causes, "--capture on needs the namespaces tier (the landlock tier has no network namespace to capture in)")
+			return Result{}, &UnavailableError{Causes: causes}
+		}
 		if abi := LandlockABI(); abi < 4 {
 			causes = append(causes, fmt.Sprintf("Landlock ABI %d < 4 (TCP connect rules need ABI 4)", abi))
 			return Result{}, &UnavailableError{Causes: causes}

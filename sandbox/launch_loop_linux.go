@@ -153,6 +153,8 @@ func (l *launch) handle(st *loopState, r ctlRecvd) {
 	switch r.m.Type {
 	case msgListener:
 		l.acceptListener(st, r)
+	case msgCapture:
+		l.acceptCapture(st, r)
 	case msgPTY:
 		if len(r.fds) != 1 || l.cfg.PTY == nil {
 			l.failKill(st, errors.New("sandbox: unexpected pty message"))
@@ -191,12 +193,42 @@ func (l *launch) acceptListener(st *loopState, r ctlRecvd) {
 		l.failKill(st, err)
 		return
 	}
+	l.gotListener(st)
+}
+
+// gotListener counts one in-sandbox listener message and confirms the
+// bridge once all are in (capture's sockets count as one).
+func (l *launch) gotListener(st *loopState) {
 	st.gotLn++
-	if st.gotLn == len(l.cfg.Listeners) {
+	want := len(l.cfg.Listeners)
+	if l.cfg.Capture != nil {
+		want++
+	}
+	if st.gotLn == want {
 		if err := l.send(ctlMsg{Type: msgBridgeReady}); err != nil {
 			l.failKill(st, fmt.Errorf("sandbox: confirm bridge: %w", err))
 		}
 	}
+}
+
+// acceptCapture serves capture's sockets (capture_linux.go).
+func (l *launch) acceptCapture(st *loopState, r ctlRecvd) {
+	if l.cfg.Capture == nil || l.capt != nil {
+		l.failKill(st, errors.New("sandbox: unexpected capture message"))
+		return
+	}
+	p, err := l.s.resolveProxy(l.ctx)
+	if err != nil {
+		l.failKill(st, err)
+		return
+	}
+	c, err := acceptCapture(l.ctx, l.br, p, r.fds)
+	if err != nil {
+		l.failKill(st, err)
+		return
+	}
+	l.capt = c
+	l.gotListener(st)
 }
 
 // exitedClean: in the namespaces tier nothing of the sandbox runs after
@@ -227,6 +259,7 @@ func (l *launch) collect(st *loopState) (Result, error) {
 	}
 	l.res.TimedOut, l.res.Stopped = l.sv.result()
 	l.res.Signals = append(l.res.Signals, l.br.refusedSignal()...)
+	l.res.Signals = append(l.res.Signals, l.capt.signals()...)
 	if st.failure == nil && l.sv.canceled() {
 		st.failure = l.ctx.Err()
 	}

@@ -107,6 +107,11 @@ func probeTier(ctx context.Context, t Tier, initPath string, initArgs []string) 
 		Kind: KindWorkspaceWrite, Network: NetworkNone, Tier: t,
 		InitPath: initPath, InitArgs: initArgs, Timeout: 10 * time.Second,
 	})
+	return probeOutcome(res, err)
+}
+
+// probeOutcome is what running `true` in a probe sandbox says.
+func probeOutcome(res Result, err error) TierProbe {
 	p := TierProbe{Signals: res.Signals, Duration: res.Duration.Round(time.Microsecond).String()}
 	switch {
 	case err != nil:

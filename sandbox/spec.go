@@ -113,6 +113,14 @@ type Spec struct {
 	// and a SOCKS5 listener are then created inside the sandbox.
 	ProxyResolve func(ctx context.Context) (*ProxyTarget, error)
 
+	// Capture turns on transparent capture (SPEC §6.6) in the namespaces
+	// tier with NetworkProxied: programs that ignore the proxy variables
+	// reach the network through netproxy too. Ignored elsewhere (the
+	// landlock tier has no network namespace: the run goes on without
+	// capture and says so in Result.Signals, unless CaptureRequired, which
+	// fails it instead).
+	Capture, CaptureRequired bool
+
 	// Files are created in the sandbox's private temporary folder before
 	// the command starts (their variables point at them).
 	Files []File

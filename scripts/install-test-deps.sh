@@ -62,12 +62,20 @@ command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v wrk >/dev/null 2>&1 || need+=(wrk) # make bench: the HTTP load generator
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server) # cluster mode tests (test/cluster_test.go)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy) # replicas behind a load balancer (test/cluster_haproxy_test.go, make cluster-demo)
 # sandbox escape probes (test/sandbox_escape_seccomp_test.go): C probes and the plant tools
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 [ -e /usr/include/stdio.h ] || need+=(libc6-dev)
 command -v setcap >/dev/null 2>&1 || need+=(libcap2-bin)
 [ -x /usr/bin/python3 ] || need+=(python3)
-python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip) # request-rule tests: a real pip
+# real Python clients: pip (test/request_rules_pip_test.go, test/proxy_auth_test.go) and requests
+/usr/bin/python3 -c 'import pip' >/dev/null 2>&1 || need+=(python3-pip)
+/usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || need+=(python3-requests)
+# transparent capture (test/sandbox_capture_e2e_test.go): Debian's Node (20, ignores
+# NODE_USE_ENV_PROXY), nc, git http-backend
+[ -x /usr/bin/node ] || need+=(nodejs)
+command -v nc >/dev/null 2>&1 || need+=(netcat-openbsd)
+command -v git >/dev/null 2>&1 || need+=(git)
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0

@@ -372,19 +372,7 @@ def review(request):
 func TestApprovalsExecThroughControlSocket(t *testing.T) {
 	p := apprStart(t, "[approvals]\nenabled = true\nreviewer = \"user\"\npolicy = \"on-request\"\ntimeout = \"10s\"\n", "", "")
 	ask := func() <-chan apprReply {
-		ch := make(chan apprReply, 1)
-		go func() {
-			body := `{"session_id":"s1","environment_id":"env1","command":["git","push"],"cwd":"/work","sandbox_permissions":"require_escalated","reason":"network needed","proposed_amendment":["git","push"]}`
-			resp, err := p.ControlClient().Post("http://control/v1/approvals", "application/json", strings.NewReader(body))
-			if err != nil {
-				ch <- apprReply{err: err}
-				return
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			ch <- apprReply{status: resp.StatusCode, body: string(b)}
-		}()
-		return ch
+		return execAsk(p.Proxy, `{"session_id":"s1","environment_id":"env1","command":["git","push"],"cwd":"/work","sandbox_permissions":"require_escalated","reason":"network needed","proposed_amendment":["git","push"]}`)
 	}
 	ch := ask()
 	var id string

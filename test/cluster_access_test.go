@@ -114,7 +114,7 @@ func TestClusterRedisAuth(t *testing.T) {
 // PEM files in dir.
 type testPKI struct{ CA, ServerCert, ServerKey, ClientCert, ClientKey string }
 
-func newTestPKI(t *testing.T) testPKI {
+func newTestPKI(t testing.TB) testPKI {
 	t.Helper()
 	dir := t.TempDir()
 	write := func(name, typ string, der []byte) string {
@@ -166,7 +166,7 @@ func newTestPKI(t *testing.T) testPKI {
 }
 
 // clientTLS is the test's own client's TLS configuration.
-func (p testPKI) clientTLS(t *testing.T) *tls.Config {
+func (p testPKI) clientTLS(t testing.TB) *tls.Config {
 	t.Helper()
 	caPEM, _ := os.ReadFile(p.CA)
 	pool := x509.NewCertPool()

@@ -1,10 +1,12 @@
 package test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // BenchmarkClusterRequest is a whole keep-alive request through a real
@@ -19,7 +21,7 @@ func BenchmarkClusterRequest(b *testing.B) {
 	single.Approvals = true
 	single.Hosts["alpha.test"] = []string{"127.0.0.1"}
 	clustered := single
-	clustered.Extra = "[cluster]\nredis = \"" + rds.URL() + "\"\nnode_id = \"bench\"\n"
+	clustered.Extra = fmt.Sprintf("[cluster]\nredis = %q\nnode_id = \"bench\"\nkey_file = %q\n", rds.URL(), ClusterKeyFile(b))
 	for _, mode := range []struct {
 		name string
 		cfg  ProxyConfig
@@ -66,5 +68,38 @@ func BenchmarkClusterRequest(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkClusterRegistration is POST /v1/executions on a real replica
+// over its control socket, Redis plain and over TLS (rediss://, CA and
+// client certificate): the registration stores the execution in Redis
+// before it answers, so this is what TLS adds to each one. p50 and p99 of
+// the POST are reported for docs/BENCHMARKS.md.
+func BenchmarkClusterRegistration(b *testing.B) {
+	pki := newTestPKI(b)
+	plain := StartRedis(b)
+	secure := StartRedisWith(b, &Redis{TLS: pki.clientTLS(b), Args: []string{"--tls-cert-file", pki.ServerCert,
+		"--tls-key-file", pki.ServerKey, "--tls-ca-cert-file", pki.CA, "--tls-auth-clients", "yes"}})
+	withCert := fmt.Sprintf("tls_ca_file = %q\ntls_cert_file = %q\ntls_key_file = %q\n", pki.CA, pki.ClientCert, pki.ClientKey)
+	for _, mode := range []struct{ name, url, extra string }{
+		{"plain", plain.URL(), ""},
+		{"tls", fmt.Sprintf("rediss://127.0.0.1:%d/0", secure.Port), withCert},
+	} {
+		p := ReplicaConfig(b, mode.url, "bench-"+mode.name, "", mode.extra)
+		p.Start(b)
+		b.Run(mode.name, func(b *testing.B) {
+			lat := make([]time.Duration, 0, b.N)
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				reg := p.Register(b, "bench", "e1")
+				lat = append(lat, time.Since(start))
+				b.StopTimer()
+				p.Revoke(b, reg.ExecutionID)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(percentile(lat, .5).Microseconds()), "p50-µs")
+			b.ReportMetric(float64(percentile(lat, .99).Microseconds()), "p99-µs")
+		})
 	}
 }

@@ -20,6 +20,12 @@ import (
 // api.cred.test (the same CA and secret on every replica).
 func credReplica(t *testing.T, rds *Redis, node string, mitmCA, upCA *testCA) *ClusterReplica {
 	t.Helper()
+	return credReplicaWith(t, rds, node, mitmCA, upCA, "")
+}
+
+// credReplicaWith is credReplica with extraCluster appended to [cluster].
+func credReplicaWith(t *testing.T, rds *Redis, node string, mitmCA, upCA *testCA, extraCluster string) *ClusterReplica {
+	t.Helper()
 	cfg := StdConfig()
 	for _, h := range []string{"api.cred.test", "paste.test"} {
 		cfg.Domains = append(cfg.Domains, [2]string{h, "allow"})
@@ -37,10 +43,11 @@ hosts = ["api.cred.test"]
 header = "Authorization"
 format = "Bearer {secret}"
 secret_file = "openai.secret"
+env = "OPENAI_API_KEY"
 placeholder_prefix = "sk-"
 placeholder_length = 51
 `
-	p := ReplicaConfigOf(t, cfg, rds.URL(), node, "")
+	p := ReplicaConfigOf(t, cfg, rds.URL(), node, extraCluster)
 	for name, b := range map[string][]byte{"ca.pem": mitmCA.pem, "ca-key.pem": mitmCA.keyPEM(), "upstream-ca.pem": upCA.pem,
 		"openai.secret": []byte(credSecret + "\n")} {
 		if err := os.WriteFile(filepath.Join(p.Dir, name), b, 0o600); err != nil {

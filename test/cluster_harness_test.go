@@ -91,18 +91,23 @@ func (r *Redis) Start(t testing.TB) {
 	t.Fatalf("redis-server not answering within 10s\n%s", r.out.String())
 }
 
-// Stop kills the server. With appendfsync everysec every acknowledged
-// write is already in the AOF (written before the reply; only fsync is
-// deferred), so killing the process loses nothing — only a machine crash
-// could.
+// Stop stops the server as an operator's restart does: SIGTERM, so Redis
+// writes its AOF before it exits (a kill could lose acknowledged writes:
+// under disk load appendfsync everysec postpones the AOF write past the
+// reply), then SIGKILL if it has not exited within 10 s.
 func (r *Redis) Stop(t testing.TB) {
 	select {
 	case <-r.done:
 		return
 	default:
 	}
-	r.cmd.Process.Kill()
-	<-r.done
+	r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+		r.cmd.Process.Kill()
+		<-r.done
+	}
 }
 
 // Client is a go-redis client of the server (the test's own view).
@@ -130,7 +135,7 @@ func StartReplica(t *testing.T, redisURL, node, extraApprovals string) *ClusterR
 
 // ReplicaConfig writes the config of a replica like StartReplica's with
 // extraCluster appended to [cluster], without starting it.
-func ReplicaConfig(t *testing.T, redisURL, node, extraApprovals, extraCluster string) *Proxy {
+func ReplicaConfig(t testing.TB, redisURL, node, extraApprovals, extraCluster string) *Proxy {
 	t.Helper()
 	c := StdConfig()
 	for _, h := range clusterHosts {
@@ -143,7 +148,7 @@ func ReplicaConfig(t *testing.T, redisURL, node, extraApprovals, extraCluster st
 
 // ReplicaConfigOf writes c joined to redisURL as node (the shared key,
 // prefix "e2e:", extraCluster appended to [cluster]).
-func ReplicaConfigOf(t *testing.T, c ProxyConfig, redisURL, node, extraCluster string) *Proxy {
+func ReplicaConfigOf(t testing.TB, c ProxyConfig, redisURL, node, extraCluster string) *Proxy {
 	t.Helper()
 	c.Extra += fmt.Sprintf("\n[cluster]\nredis = %q\nnode_id = %q\nkey_prefix = \"e2e:\"\nkey_file = %q\n%s", redisURL, node, ClusterKeyFile(t), extraCluster)
 	return WriteProxyConfig(t, c)

@@ -559,16 +559,8 @@ func RawExchange(t testing.TB, addr string, data []byte, within time.Duration) (
 // open connection (nil reply when the server closed first).
 func SocksConnect(t testing.TB, addr string, prefix []byte, cmd byte, host string, port int) (rep int, conn net.Conn) {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(15 * time.Second))
-	msg := append(append([]byte{}, prefix...), 0x05, 0x01, 0x00)
-	c.Write(msg)
-	var sel [2]byte
-	if _, err := io.ReadFull(c, sel[:]); err != nil {
+	c, sel := SocksGreet(t, addr, prefix, 0x00)
+	if sel < 0 {
 		return -1, c
 	}
 	req := []byte{0x05, cmd, 0x00, 0x03, byte(len(host))}
@@ -581,6 +573,25 @@ func SocksConnect(t testing.TB, addr string, prefix []byte, cmd byte, host strin
 	}
 	c.SetDeadline(time.Time{})
 	return int(head[1]), c
+}
+
+// SocksGreet dials addr and sends prefix and a SOCKS5 greeting offering
+// methods; it returns the open connection and the method the server chose
+// (-1 when it closed first).
+func SocksGreet(t testing.TB, addr string, prefix []byte, methods ...byte) (net.Conn, int) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(15 * time.Second))
+	c.Write(append(append(append([]byte{}, prefix...), 0x05, byte(len(methods))), methods...))
+	var sel [2]byte
+	if _, err := io.ReadFull(c, sel[:]); err != nil {
+		return c, -1
+	}
+	return c, int(sel[1])
 }
 
 // NetproxyCmd prepares a netproxy command with the proxy's environment.

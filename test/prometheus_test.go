@@ -742,9 +742,17 @@ func TestAuditReopenOnSIGHUP(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
+	// network_decision lines only: an allowed request also ends with a
+	// connection_end line (SPEC §7.5).
 	countLines := func(path, host string) int {
 		data, _ := os.ReadFile(path)
-		return strings.Count(string(data), `"host":"`+host+`"`)
+		n := 0
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.Contains(l, `"event":"network_decision"`) && strings.Contains(l, `"host":"`+host+`"`) {
+				n++
+			}
+		}
+		return n
 	}
 	get("up.test")
 	if !promWait(5*time.Second, func() bool { return countLines(np.Audit, "up.test") == 1 }) {

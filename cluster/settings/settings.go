@@ -9,6 +9,7 @@ package settings
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -34,6 +35,10 @@ type Settings struct {
 	// certificate (empty: the system roots) and this replica's client
 	// certificate and key (both or neither).
 	TLSCAFile, TLSCertFile, TLSKeyFile string
+	// AdvertiseHTTP and AdvertiseSOCKS5 are the proxy addresses
+	// POST /v1/executions hands out ("host:port", e.g. the load balancer's
+	// in front of the replicas); empty: this replica's own listeners.
+	AdvertiseHTTP, AdvertiseSOCKS5 string
 }
 
 // MinKeyBytes is the shortest accepted cluster.key_file.
@@ -87,6 +92,14 @@ func (s Settings) Validate() []*FieldError {
 		errs = append(errs, &FieldError{Key: "key_file", Msg: fmt.Sprintf("required in cluster mode: a file of at least %d random bytes, mode 0600, the same on every replica (e.g. head -c 32 /dev/urandom > cluster.key; chmod 600 cluster.key)", MinKeyBytes)})
 	}
 	errs = append(errs, s.validateAccess()...)
+	for _, f := range []struct{ key, val string }{{"advertise_http", s.AdvertiseHTTP}, {"advertise_socks5", s.AdvertiseSOCKS5}} {
+		if f.val == "" {
+			continue
+		}
+		if h, p, err := net.SplitHostPort(f.val); err != nil || h == "" || p == "" {
+			errs = append(errs, &FieldError{Key: f.key, Msg: fmt.Sprintf("%q is not host:port (the address executions are told to use, e.g. the load balancer's)", f.val)})
+		}
+	}
 	if strings.ContainsAny(s.KeyPrefix, " \t\r\n") {
 		errs = append(errs, &FieldError{Key: "key_prefix", Msg: "must not contain white space"})
 	}

@@ -36,22 +36,24 @@ const (
 // runOptions are the run-only flags (the check flags come from the shared
 // parser).
 type runOptions struct {
-	network       string
-	capture       string                     // --capture on|off (run_capture.go)
-	netFlags      *networkFlags              // --allow-domain, --deny-domain, --network-mode
-	netPolicy     *attribution.NetworkPolicy // what they register (nil: none)
-	control       string
-	session       string
-	envID         string
-	turnID        string
-	timeout       time.Duration
-	json          bool
-	writableRoots []string
-	tier          string
-	maxOutput     int
-	limits        sandbox.Limits
-	allowDegraded bool
-	denyRead      []string // --deny-read, absolute (secrets.go)
+	network string
+	capture string // --capture on|off (run_capture.go)
+	// captureOn, captureRequired: settled from capture, network and tier.
+	captureOn, captureRequired bool
+	netFlags                   *networkFlags              // --allow-domain, --deny-domain, --network-mode
+	netPolicy                  *attribution.NetworkPolicy // what they register (nil: none)
+	control                    string
+	session                    string
+	envID                      string
+	turnID                     string
+	timeout                    time.Duration
+	json                       bool
+	writableRoots              []string
+	tier                       string
+	maxOutput                  int
+	limits                     sandbox.Limits
+	allowDegraded              bool
+	denyRead                   []string // --deny-read, absolute (secrets.go)
 }
 
 // runRun implements `execwrap run` (SPEC §6.4, §7.6).
@@ -127,7 +129,7 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	cf := registerCheckFlags(fs)
 	ro.netFlags = registerNetworkFlags(fs)
 	fs.StringVar(&ro.network, "network", "", "proxied | none | host")
-	fs.StringVar(&ro.capture, "capture", captureOff, "on | off: transparent capture of programs that ignore proxy settings (experimental, incomplete: see docs/sandbox.md)")
+	fs.StringVar(&ro.capture, "capture", captureDefault, "on | off: transparent capture of programs that ignore proxy settings (default: on in the namespaces tier with --network proxied; see docs/sandbox.md)")
 	fs.StringVar(&ro.control, "control", "", "netproxy control socket")
 	fs.StringVar(&ro.session, "session", "default", "session id")
 	fs.StringVar(&ro.envID, "env-id", "default", "environment id")
@@ -185,7 +187,7 @@ func parseRunFlags(args []string, stdin io.Reader) (*invocation, runOptions, err
 	if err := ro.settleNetwork(inv.Kind); err != nil {
 		return nil, ro, err
 	}
-	if err := settleCapture(ro.capture, ro.network, ro.tier); err != nil {
+	if ro.captureOn, ro.captureRequired, err = settleCapture(ro.capture, ro.network, ro.tier); err != nil {
 		return nil, ro, err
 	}
 	return inv, ro, nil

@@ -31,6 +31,7 @@ func (r *runner) attempter() *orchestrator.Attempter {
 	a := &orchestrator.Attempter{
 		Argv: r.inv.HandlerArgv, Env: r.inv.Env, Cwd: r.inv.Cwd, BaseCwd: r.inv.BaseCwd,
 		Kind: r.inv.Kind, Network: sandbox.NetworkMode(r.opts.network), Tier: sandbox.Tier(r.opts.tier),
+		Capture: r.opts.captureOn, CaptureRequired: r.opts.captureRequired,
 		WritableRoots: r.opts.writableRoots, Limits: r.opts.limits, AllowDegraded: r.opts.allowDegraded,
 		Timeout: r.opts.timeout, Signals: r.signals, Requirement: r.inv.Requirement,
 		Stdin: r.stdin, MaxOutput: r.opts.maxOutput, WaitDenials: r.opts.json,
@@ -203,6 +204,7 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rep := sandbox.Probe(ctx, "/proc/self/exe", []string{sandbox.InitArg})
+	capt := sandbox.ProbeCapture(ctx, "/proc/self/exe", []string{sandbox.InitArg})
 	sock := netctl.DefaultSocket()
 	ctlState := "reachable"
 	if err := netctl.New(sock).Ping(ctx); err != nil {
@@ -217,10 +219,11 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(struct {
 			sandbox.HostReport
-			ControlSocket      string `json:"control_socket"`
-			ControlSocketState string `json:"control_socket_state"`
-			Capture            string `json:"capture"`
-		}{rep, sock, ctlState, captureDoctorState})
+			ControlSocket      string            `json:"control_socket"`
+			ControlSocketState string            `json:"control_socket_state"`
+			Capture            sandbox.TierProbe `json:"capture"`
+			NodeEnvProxy       string            `json:"node_use_env_proxy"`
+		}{rep, sock, ctlState, capt, nodeEnvProxyNote})
 		return code
 	}
 	w := func(k, v string) { fmt.Fprintf(stdout, "%-34s %s\n", k, v) }
@@ -239,7 +242,8 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 	w("execwrap run --tier auto uses", rep.AutoTier)
 	w("per-run cgroup (kill, limits)", cgroupText(rep.Cgroups))
 	w("netproxy control socket", sock+" ("+ctlState+")")
-	w("transparent capture (--capture)", captureDoctorState)
+	w("transparent capture (--capture)", captureDoctorText(capt))
+	w("NODE_USE_ENV_PROXY", nodeEnvProxyNote)
 	if code != 0 {
 		fmt.Fprintln(stdout, "\nexecwrap cannot sandbox on this host: enable unprivileged user namespaces or use a kernel with Landlock ABI >= 4.")
 	}

@@ -8,38 +8,47 @@ import (
 )
 
 // Values of --capture (SPEC §6.6, docs/sandbox.md "Transparent capture").
+// Without the flag capture is on wherever it can work (the namespaces tier
+// with --network proxied) and silently off elsewhere; an explicit `on`
+// fails a run that cannot capture.
 const (
-	captureOff = "off"
-	captureOn  = "on"
+	captureDefault = ""
+	captureOff     = "off"
+	captureOn      = "on"
 )
 
-// errCaptureIncomplete is what --capture on gets until TCP capture is in:
-// the in-sandbox resolver alone would hand out pool addresses that lead
-// nowhere, so the run is refused rather than half-captured.
-var errCaptureIncomplete = errors.New("--capture on: transparent capture is experimental and not complete in this build " +
-	"(its resolver is built but not yet served in the sandbox, and TCP capture into netproxy does not exist yet): " +
-	"drop --capture (the proxy variables keep working) and see docs/sandbox.md §4 \"Transparent capture\"")
-
-// settleCapture validates --capture against the network mode and tier it
-// needs (proxied, namespaces: the landlock tier has no network namespace
-// to capture in).
-func settleCapture(value, network, tier string) error {
+// settleCapture validates --capture against the network mode and tier and
+// says whether to capture and whether capture is required.
+func settleCapture(value, network, tier string) (capture, required bool, err error) {
 	switch value {
 	case captureOff:
-		return nil
+		return false, false, nil
+	case captureDefault:
+		return network == string(sandbox.NetworkProxied) && tier != string(sandbox.TierLandlock), false, nil
 	case captureOn:
 	default:
-		return fmt.Errorf("--capture %q: want on or off", value)
+		return false, false, fmt.Errorf("--capture %q: want on or off", value)
 	}
 	if network != string(sandbox.NetworkProxied) {
-		return fmt.Errorf("--capture on needs --network proxied (got %s): capture sends connections to netproxy", network)
+		return false, false, fmt.Errorf("--capture on needs --network proxied (got %s): capture sends connections to netproxy", network)
 	}
 	if tier == string(sandbox.TierLandlock) {
-		return errors.New("--capture on: unavailable in the landlock tier (no network namespace to capture in); use --tier namespaces or drop --capture")
+		return false, false, errors.New("--capture on: unavailable in the landlock tier (no network namespace to capture in); use --tier namespaces or drop --capture")
 	}
-	return errCaptureIncomplete
+	return true, true, nil
 }
 
-// captureDoctorState is what `execwrap doctor` says about capture: it says
-// so plainly until the mechanism works end to end.
-const captureDoctorState = "unavailable in this build (experimental, incomplete: docs/sandbox.md §4); programs that ignore HTTP(S)_PROXY have no network"
+// nodeEnvProxyNote is doctor's line on Node: which versions honour the
+// NODE_USE_ENV_PROXY=1 that execwrap sets (from Node's release notes:
+// fetch and http/https in 24.5.0, both backported to 22.21.0), and that
+// capture covers the rest.
+const nodeEnvProxyNote = "honoured by Node >= 24.5 and >= 22.21 (fetch, http, https); older Node (Debian's 20) ignores it: " +
+	"its connections reach netproxy only through transparent capture"
+
+// captureDoctorText is doctor's line on capture, from a real build of it.
+func captureDoctorText(p sandbox.TierProbe) string {
+	if p.OK {
+		return "works (namespaces tier, --network proxied; default on, --capture off disables; setup " + p.Duration + ")"
+	}
+	return "UNAVAILABLE: " + p.Error + " (programs that ignore HTTP(S)_PROXY have no network; the landlock tier never captures)"
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"strings"
 	"testing"
 )
@@ -9,37 +8,45 @@ import (
 func TestSettleCapture(t *testing.T) {
 	for _, c := range []struct {
 		value, network, tier string
+		capture, required    bool
 		want                 string // "" → accepted; else a substring of the error
 	}{
-		{"off", "proxied", "auto", ""},
-		{"off", "none", "landlock", ""},
-		{"on", "none", "auto", "needs --network proxied"},
-		{"on", "proxied", "landlock", "landlock tier"},
-		{"on", "proxied", "namespaces", "not complete"},
-		{"on", "proxied", "auto", "not complete"},
-		{"yes", "proxied", "auto", "want on or off"},
+		{"", "proxied", "auto", true, false, ""},
+		{"", "proxied", "namespaces", true, false, ""},
+		{"", "proxied", "landlock", false, false, ""},
+		{"", "none", "auto", false, false, ""},
+		{"off", "proxied", "auto", false, false, ""},
+		{"off", "none", "landlock", false, false, ""},
+		{"on", "proxied", "auto", true, true, ""},
+		{"on", "proxied", "namespaces", true, true, ""},
+		{"on", "none", "auto", false, false, "needs --network proxied"},
+		{"on", "proxied", "landlock", false, false, "landlock tier"},
+		{"yes", "proxied", "auto", false, false, "want on or off"},
 	} {
-		err := settleCapture(c.value, c.network, c.tier)
-		if (err == nil) != (c.want == "") || (err != nil && !strings.Contains(err.Error(), c.want)) {
-			t.Errorf("settleCapture(%q, %q, %q) = %v, want %q", c.value, c.network, c.tier, err, c.want)
+		capture, required, err := settleCapture(c.value, c.network, c.tier)
+		if (err == nil) != (c.want == "") || (err != nil && !strings.Contains(err.Error(), c.want)) ||
+			capture != c.capture || required != c.required {
+			t.Errorf("settleCapture(%q, %q, %q) = %v, %v, %v; want %v, %v, %q", c.value, c.network, c.tier,
+				capture, required, err, c.capture, c.required, c.want)
 		}
-	}
-	if err := settleCapture("on", "proxied", "auto"); !errors.Is(err, errCaptureIncomplete) {
-		t.Errorf("on: %v, want errCaptureIncomplete until TCP capture exists", err)
 	}
 }
 
-// TestCaptureFlagDefaultOff: a run without --capture parses with capture
-// off, so every existing run is unchanged.
-func TestCaptureFlagDefaultOff(t *testing.T) {
+// TestCaptureFlagDefault: without --capture a proxied run captures, a
+// --network none run does not.
+func TestCaptureFlagDefault(t *testing.T) {
 	_, ro, err := parseRunFlags([]string{"--network", "none", "--", "true"}, strings.NewReader(""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ro.capture != captureOff {
-		t.Fatalf("default --capture = %q, want off", ro.capture)
+	if ro.captureOn {
+		t.Fatal("--network none: capture on")
 	}
-	if _, _, err := parseRunFlags([]string{"--capture", "on", "--", "true"}, strings.NewReader("")); !errors.Is(err, errCaptureIncomplete) {
-		t.Fatalf("--capture on: %v, want it refused as incomplete", err)
+	_, ro, err = parseRunFlags([]string{"--", "true"}, strings.NewReader(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ro.captureOn || ro.captureRequired {
+		t.Fatalf("default proxied run: capture %v required %v, want on, not required", ro.captureOn, ro.captureRequired)
 	}
 }

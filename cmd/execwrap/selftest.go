@@ -57,7 +57,7 @@ func runSelftest(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	npSecrets, npSecretsErr := netproxySecretPaths(ro.control)
 	home, _ := os.UserHomeDir()
 	host, err := selftest.Prepare(selftest.HostOptions{
-		Network: ro.network, Workspace: inv.BaseCwd, Writable: writable, Home: home,
+		Network: ro.network, Capture: ro.captureOn, Workspace: inv.BaseCwd, Writable: writable, Home: home,
 		NetproxyHome: config.HomeDir(), Control: ro.control,
 		Netproxy: npAddrs, NetproxyErr: npErr, ProbeHost: probeHost,
 		NetproxySecrets: npSecrets, NetproxySecretsErr: npSecretsErr, DenyRead: ro.denyRead,

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/netproxy/netproxy/approvalsvc"
+	"github.com/netproxy/netproxy/attribution"
 	"github.com/netproxy/netproxy/hostpolicy"
 	"github.com/netproxy/netproxy/internal/config"
 	"github.com/netproxy/netproxy/internal/server"
@@ -65,11 +66,12 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	method := fs.String("method", "", "HTTP method (default GET for http, CONNECT for https)")
 	path := fs.String("path", "", "request path judged by the request rules (default: the URL's, or /); with https, the request inside the intercepted tunnel")
 	execPolicy := fs.String("execution-policy", "", `JSON file {"allow":[...],"deny":[...],"mode":"limited"}: judge as an execution registered with this network policy`)
+	client := fs.String("client", "", "judge as the authenticated [[proxy_auth.clients]] NAME (its narrower policy; SPEC §4.4)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: netproxy check [--config FILE] [--json] [--protocol http|https|socks5] [--method M] [--path P] [--execution-policy FILE] HOST[:PORT]|URL")
+		fmt.Fprintln(stderr, "usage: netproxy check [--config FILE] [--json] [--protocol http|https|socks5] [--method M] [--path P] [--execution-policy FILE] [--client NAME] HOST[:PORT]|URL")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(reorderFlags(args, map[string]bool{"config": true, "protocol": true, "method": true, "path": true, "execution-policy": true})); err != nil {
+	if err := fs.Parse(reorderFlags(args, map[string]bool{"config": true, "protocol": true, "method": true, "path": true, "execution-policy": true, "client": true})); err != nil {
 		return exitUsage
 	}
 	if fs.NArg() != 1 {
@@ -151,12 +153,23 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	engine := hostpolicy.NewEngine(policy, decider)
 	var scopes []*hostpolicy.Scope
 	var notes []string
+	if *client != "" {
+		sc, err := clientScope(cfg, *client)
+		if err != nil {
+			fmt.Fprintf(stderr, "netproxy check: --client: %v\n", err)
+			return exitUsage
+		}
+		if sc != nil {
+			scopes = append(scopes, sc)
+		}
+		req.Client, req.SessionID = *client, attribution.ClientSessionPrefix+*client
+	}
 	if *execPolicy != "" {
 		spec, err := readScopeFile(*execPolicy)
 		if err == nil {
 			var sc *hostpolicy.Scope
 			if sc, err = hostpolicy.BuildScope(hostpolicy.LevelExecution, spec); err == nil {
-				scopes = []*hostpolicy.Scope{sc}
+				scopes = append(scopes, sc)
 				notes = policy.Notes(spec)
 			} else {
 				err = fmt.Errorf("%s: %w", *execPolicy, err)
@@ -358,4 +371,15 @@ func blockCause(d hostpolicy.Decision) string {
 		return ""
 	}
 	return string(d.BlockCause())
+}
+
+// clientScope is the narrower policy of the configured proxy client name
+// (nil when it narrows nothing).
+func clientScope(cfg *config.Config, name string) (*hostpolicy.Scope, error) {
+	for _, c := range cfg.ProxyAuth.Clients {
+		if c.Name == name {
+			return c.Scope()
+		}
+	}
+	return nil, fmt.Errorf("%q is not a [[proxy_auth.clients]] name of this configuration", name)
 }

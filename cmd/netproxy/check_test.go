@@ -211,3 +211,25 @@ func TestCheckDisabledProxy(t *testing.T) {
 		t.Errorf("human output: %d\n%s", code, stdout)
 	}
 }
+
+// --client NAME judges as an authenticated proxy client (SPEC §4.4): its
+// narrower policy applies; an unknown name is a usage error.
+func TestCheckClient(t *testing.T) {
+	cfg := writeCheckConfig(t, fillCheckConfig(checkConfig, "false", "on-request")+`
+[[proxy_auth.clients]]
+name = "dev"
+secret_env = "NETPROXY_TEST_UNUSED"
+deny = ["ok.test"]
+`)
+	code, out, errs := runNetproxyCLI("check", "--config", cfg, "--json", "--client", "dev", "ok.test")
+	var o checkOutput
+	if err := json.Unmarshal([]byte(out), &o); err != nil || code != 10 || o.Reason != "policy_denied" || o.Level != "client" {
+		t.Fatalf("--client dev: exit %d %+v %v %s", code, o, err, errs)
+	}
+	if code, _, _ := runNetproxyCLI("check", "--config", cfg, "ok.test"); code != 0 {
+		t.Fatalf("without --client: exit %d", code)
+	}
+	if code, _, errs := runNetproxyCLI("check", "--config", cfg, "--client", "nobody", "ok.test"); code != 2 || !strings.Contains(errs, "nobody") {
+		t.Fatalf("--client nobody: exit %d %s", code, errs)
+	}
+}

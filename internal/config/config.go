@@ -34,6 +34,8 @@ type Config struct {
 
 	// Credentials are the [[credentials]] entries (docs/credentials.md).
 	Credentials []Credential `toml:"credentials"`
+	// ProxyAuth is [proxy_auth]: client identity (SPEC §4.4, proxyauth.go).
+	ProxyAuth ProxyAuth `toml:"proxy_auth"`
 
 	// Path is the file this config was loaded from ("" for the embedded
 	// default); relative paths inside it resolve against its folder.
@@ -199,12 +201,16 @@ type Cluster struct {
 	TLSCAFile   string `toml:"tls_ca_file"`
 	TLSCertFile string `toml:"tls_cert_file"`
 	TLSKeyFile  string `toml:"tls_key_file"`
+	// The proxy addresses registrations hand out (a load balancer's).
+	AdvertiseHTTP   string `toml:"advertise_http"`
+	AdvertiseSOCKS5 string `toml:"advertise_socks5"`
 }
 
 // Settings maps [cluster] onto the cluster package's own settings type.
 func (c Cluster) Settings() clustersettings.Settings {
 	return clustersettings.Settings{Redis: c.Redis, NodeID: c.NodeID, KeyPrefix: c.KeyPrefix, KeyFile: c.KeyFile,
-		PasswordEnv: c.PasswordEnv, TLSCAFile: c.TLSCAFile, TLSCertFile: c.TLSCertFile, TLSKeyFile: c.TLSKeyFile}
+		PasswordEnv: c.PasswordEnv, TLSCAFile: c.TLSCAFile, TLSCertFile: c.TLSCertFile, TLSKeyFile: c.TLSKeyFile,
+		AdvertiseHTTP: c.AdvertiseHTTP, AdvertiseSOCKS5: c.AdvertiseSOCKS5}
 }
 
 // Duration is a time.Duration written in TOML as a Go duration string ("2s").

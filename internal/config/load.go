@@ -456,6 +456,11 @@ func resolvePaths(c *Config) {
 	for i := range c.Credentials {
 		c.Credentials[i].SecretFile = ExpandPath(c.Credentials[i].SecretFile, base)
 	}
+	for i := range c.ProxyAuth.Clients {
+		if f := &c.ProxyAuth.Clients[i].SecretFile; *f != "" {
+			*f = ExpandPath(*f, base)
+		}
+	}
 	for i := range c.Network.DomainFiles {
 		c.Network.DomainFiles[i].Path = ExpandPath(c.Network.DomainFiles[i].Path, base)
 	}
@@ -591,6 +596,7 @@ func validate(c *Config, file string) []error {
 	}
 
 	errs = append(errs, validateCredentials(c, file)...)
+	errs = append(errs, validateProxyAuth(c, file)...)
 	errs = append(errs, validateRequests(c, file)...)
 	if c.Admin.TokenEnv == "" {
 		bad("admin.token_env", "missing; name the environment variable holding the admin bearer token")

@@ -13,7 +13,10 @@ import (
 
 // DecisionEvent is one finished network decision.
 type DecisionEvent struct {
+	// Time is when the decision was made; Started when the request
+	// arrived (zero: the same as Time). A review's wait lies between them.
 	Time     time.Time
+	Started  time.Time
 	Request  hostpolicy.Request
 	Decision hostpolicy.Decision
 	// Elapsed is the time the chain took to decide (including any review wait).
@@ -55,4 +58,31 @@ type ConnectionClosedEvent struct {
 // It must not block.
 type ConnectionSink interface {
 	ConnectionClosed(ConnectionClosedEvent)
+}
+
+// ConnectionEndEvent is the end of one allowed request or connection
+// (SPEC §7.5 connection_end): a plain-HTTP exchange, an intercepted inner
+// request, or a tunnel. Bytes are counted as netproxy_bytes_total counts
+// them (bodies for HTTP exchanges, everything relayed for tunnels).
+type ConnectionEndEvent struct {
+	Time     time.Time // when it ended
+	Started  time.Time // when the request or connection arrived
+	Protocol hostpolicy.Protocol
+	Host     string // normalised target host
+	Port     uint16
+	Method   string // the HTTP method, CONNECT for a tunnel, "" for SOCKS5
+	Client   string
+	// Attribution of the connection (empty when unattributed).
+	ExecutionID   string
+	SessionID     string
+	EnvironmentID string
+	BytesOut      int64 // client → upstream
+	BytesIn       int64 // upstream → client
+	Status        int   // the upstream's HTTP status; 0 for a tunnel or none
+	Close         string
+}
+
+// ConnectionEndSink receives every connection_end. It must not block.
+type ConnectionEndSink interface {
+	ConnectionEnd(ConnectionEndEvent)
 }

@@ -36,6 +36,11 @@ type Conn struct {
 	// revoked is set once a change closed it.
 	flow    atomic.Pointer[flow]
 	revoked atomic.Bool
+	// arrived is when the request being served arrived (set by decide);
+	// endCause the reason a closer from outside ended the connection
+	// (access.go: connection_end).
+	arrived  time.Time
+	endCause atomic.Uint32
 	// tunnel is the tunnel the connection became, if any: closing the
 	// connection from outside ends it, parked directions included.
 	tunnel atomic.Pointer[Tunnel]
@@ -43,6 +48,9 @@ type Conn struct {
 	// budgetAdm its admission stage, made at the first decision.
 	budget    *attribution.Budget
 	budgetAdm *budgetAdmit
+	// ident is the authenticated client of the current request (SPEC
+	// §4.4, proxyauth.go); nil: anonymous or framed.
+	ident atomic.Pointer[attribution.Client]
 }
 
 // ExecIDs are what a connection keeps of its execution: the rest of the
@@ -233,6 +241,7 @@ func (t *Tracker) Shutdown(ctx context.Context) error {
 			}
 			t.mu.Unlock()
 			for _, c := range all {
+				setCause(&c.endCause, causeShutdown)
 				c.Close()
 			}
 			return ctx.Err()
@@ -387,8 +396,8 @@ func (g *Gate) admit(tcp *net.TCPConn) {
 			return
 		}
 		c.Exec, c.Attributed = ExecIDs{ID: exec.ID, SessionID: exec.SessionID, EnvironmentID: exec.EnvironmentID}, true
-		// The execution's egress budget (SPEC §3.12). An authenticated
-		// client's (SPEC §4.4) will be attached here too, once built.
+		// The execution's egress budget (SPEC §3.12); an authenticated
+		// client's is attached per request (proxyauth.go).
 		c.budget = exec.Budget
 		m.Attribution("ok")
 	case g.cfg.Required():

@@ -19,7 +19,12 @@ func BenchmarkHTTPKeepAlive(b *testing.B) {
 	go up.Serve(ln)
 	defer up.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
-	s := newBenchStack(b)
+	benchKeepAlive(b, newBenchStack(b), port)
+}
+
+// benchKeepAlive sends b.N absolute-form GETs to up.test:port over one
+// keep-alive connection to s.
+func benchKeepAlive(b *testing.B, s *stack, port int) {
 	c, err := net.Dial("tcp", s.httpAddr)
 	if err != nil {
 		b.Fatal(err)

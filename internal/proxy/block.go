@@ -45,8 +45,11 @@ type blockedBody struct {
 // text of a disabled proxy for both.
 func blockAnswer(d hostpolicy.Decision, proto hostpolicy.Protocol, asJSON bool) answer {
 	status := http.StatusForbidden
-	if d.Reason == ReasonProxyLoop {
+	switch d.Reason {
+	case ReasonProxyLoop:
 		status = http.StatusLoopDetected
+	case hostpolicy.ReasonProxyAuthRequired:
+		status = http.StatusProxyAuthRequired // with its challenge (writeAnswer)
 	}
 	if d.Reason == hostpolicy.ReasonProxyDisabled {
 		return answer{status: http.StatusServiceUnavailable, contentType: "text/plain; charset=utf-8", xProxyError: d.XProxyError(), body: d.Message()}
@@ -87,6 +90,9 @@ func writeAnswer(bw *bufio.Writer, a answer, keep, head bool) {
 	if a.xProxyError != "" {
 		bw.WriteString("\r\nX-Proxy-Error: ")
 		bw.WriteString(a.xProxyError)
+	}
+	if a.status == http.StatusProxyAuthRequired {
+		bw.WriteString("\r\nProxy-Authenticate: " + proxyAuthChallenge)
 	}
 	bw.WriteString("\r\nContent-Length: ")
 	bw.WriteString(strconv.Itoa(len(a.body)))

@@ -217,6 +217,9 @@ type plainConn struct {
 	cutBody        func()
 	on1xx          func(code int, h http.Header)
 	clientContinue bool // the current request sent Expect: 100-continue
+	// end is what forward learnt of the current exchange, for its access
+	// record (access.go).
+	end exchangeEnd
 }
 
 func newPlainConn(ctx context.Context, c *Conn, br *bufio.Reader, bw *bufio.Writer, cancel context.CancelFunc) *plainConn {
@@ -236,6 +239,8 @@ func newPlainConn(ctx context.Context, c *Conn, br *bufio.Reader, bw *bufio.Writ
 func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string) connNext {
 	c, bw := pc.c, pc.bw
 	head := req.Method == http.MethodHead
+	// Identity is per request (proxyauth.go): this request's own header.
+	authCause := h.core.identify(c, req.Header)
 	if h.via.looped(req.Header) {
 		// SPEC §3.5: the request already passed through this process
 		// (before any other check: a parent may have rewritten its target).
@@ -283,7 +288,7 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method)
 	hreq.Path = requestPath(req)
 	hreq.Upgrade = carriesUpgrade(req.Header)
-	d := h.core.decide(pc.ctx, c, hreq)
+	d := h.core.decideIdentified(func() hostpolicy.Decision { return h.core.decide(pc.ctx, c, hreq) }, hreq, authCause)
 	if !d.Allowed() {
 		if !body {
 			pc.watch.disarm()
@@ -302,6 +307,7 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 		if !body {
 			pc.watch.disarm()
 		}
+		h.core.plainEnded(c, &d, req.Method, &exchangeEnd{cause: causePolicy})
 		return connClose // a change since the decision closed the connection
 	}
 	if !h.credentialHook(c, bw, req, d) { // credential broker (docs/credentials.md)
@@ -312,5 +318,8 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 		}
 		return connClose
 	}
-	return h.forward(pc, req, authority, d, gen, body)
+	pc.end = exchangeEnd{}
+	next := h.forward(pc, req, authority, d, gen, body)
+	h.core.plainEnded(c, &d, req.Method, &pc.end)
+	return next
 }

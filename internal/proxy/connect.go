@@ -28,6 +28,7 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 		writeSimple(bw, http.StatusBadRequest, "invalid port")
 		return false
 	}
+	authCause := h.core.identify(c, req.Header) // the tunnel's identity
 	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTPS, http.MethodConnect)
 	if h.via.looped(req.Header) {
 		// Our own CONNECT to a parent came back (SPEC §3.5).
@@ -35,7 +36,7 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 		return false
 	}
 	gen := c.generation()
-	d := h.core.decideWatching(ctx, c, hreq)
+	d := h.core.decideIdentified(func() hostpolicy.Decision { return h.core.decideWatching(ctx, c, hreq) }, hreq, authCause)
 	if !d.Allowed() {
 		writeBlockedText(bw, d)
 		return false
@@ -80,6 +81,7 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, br *bufio.Reader,
 		budget: h.core.tunnelBudget(c),
 	}
 	t.TLSName, t.OnTLSMismatch = h.core.tlsNameCheck(c, d, hostpolicy.ProtoHTTPS, http.MethodConnect)
+	t.acc = h.core.tunnelAccess(c, &d, hostpolicy.ProtoHTTPS, http.MethodConnect, 0)
 	// The handler goroutine (with its larger stack) ends here; the tunnel
 	// runs on fresh goroutines.
 	t.Start(&h.wg)

@@ -73,8 +73,14 @@ type Core struct {
 	// credential's hosts is intercepted (with MITM), and every forwarded
 	// request's placeholders are replaced or blocked (docs/credentials.md).
 	Credentials *credentials.Broker
+	// Clients, when set, are the [[proxy_auth.clients]] (SPEC §4.4,
+	// proxyauth.go); nil or none configured: no proxy authentication.
+	Clients *attribution.Clients
 	// Closed receives every connection closed by a change (the audit).
 	Closed observe.ConnectionSink
+	// Ends receives the end of every allowed request and connection
+	// (access records, access.go); nil: none are recorded.
+	Ends observe.ConnectionEndSink
 	// Parker, when set, takes the quiet directions of every tunnel off
 	// their goroutines (tunnelpark.go); nil: they keep them.
 	Parker *Parker
@@ -98,6 +104,10 @@ func (c *Core) request(conn *Conn, host string, port uint16, proto hostpolicy.Pr
 		r.ExecutionID = conn.Exec.ID
 		r.SessionID = conn.Exec.SessionID
 		r.EnvironmentID = conn.Exec.EnvironmentID
+	} else if name, session := conn.identity(); name != "" {
+		// An authenticated client is its own session; the audit's client
+		// is its name (SPEC §4.4).
+		r.Client, r.SessionID = name, session
 	}
 	return r
 }
@@ -114,13 +124,21 @@ func (c *Core) stillAttributed(conn *Conn) bool {
 
 // decide runs the pipeline for an outer request, with this proxy's
 // admission as its last stage, and reports the decision to the sinks.
+// The request's arrival is kept on conn for its access record.
 func (c *Core) decide(ctx context.Context, conn *Conn, req hostpolicy.Request) hostpolicy.Decision {
-	return c.run(ctx, req, hostpolicy.RunOptions{Admit: c.admitter(conn)})
+	conn.arrived = time.Now()
+	return c.runFrom(ctx, req, hostpolicy.RunOptions{Admit: c.admitter(conn)}, conn.arrived)
 }
 
 // run runs the pipeline and reports the finished decision to the sinks.
 func (c *Core) run(ctx context.Context, req hostpolicy.Request, o hostpolicy.RunOptions) hostpolicy.Decision {
-	start := time.Now()
+	return c.runFrom(ctx, req, o, time.Now())
+}
+
+// runFrom is run for a request that arrived at start: the sinks get the
+// decision's time (after any review) and the arrival (SPEC §7.5 ts and
+// started).
+func (c *Core) runFrom(ctx context.Context, req hostpolicy.Request, o hostpolicy.RunOptions, start time.Time) hostpolicy.Decision {
 	// No pipeline wired: nothing may pass.
 	d := hostpolicy.Decision{Verdict: hostpolicy.Deny, Reason: hostpolicy.ReasonProxyDisabled, Source: hostpolicy.SourceProxyState}
 	if c.Pipeline != nil {
@@ -133,9 +151,10 @@ func (c *Core) run(ctx context.Context, req hostpolicy.Request, o hostpolicy.Run
 	if d.Port == 0 {
 		d.Port = req.Port
 	}
-	elapsed := time.Since(start)
+	now := time.Now()
+	elapsed := now.Sub(start)
 	if c.Sink != nil {
-		c.Sink.ObserveDecision(observe.DecisionEvent{Time: start, Request: req, Decision: d, Elapsed: elapsed})
+		c.Sink.ObserveDecision(observe.DecisionEvent{Time: now, Started: start, Request: req, Decision: d, Elapsed: elapsed})
 	}
 	// Logging the decision is a sink's job too (logging.DecisionLog).
 	return d

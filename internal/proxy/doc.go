@@ -19,6 +19,8 @@
 //     holds their quiet directions without a goroutine.
 //   - mitm.go, credentials.go: intercepted tunnels (inner requests
 //     re-checked through the pipeline) and the credential broker's hooks.
+//   - access.go: the access record (connection_end) that ends every
+//     allowed request and tunnel, with its bytes, duration and close reason.
 //   - recheck.go: the open connections' targets, re-checked on every
 //     policy change, kill switch and execution revocation (SPEC §3.9).
 //

@@ -83,7 +83,9 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 		var err error
 		if t, err = h.core.Dialer.PinForParent(pc.ctx, req, t, authority); err != nil {
 			h.core.logger().Info("upstream failure", "host", d.Host, "error", err.Error())
+			pc.end.cause = causeError
 			if refusedAtDial(err) {
+				pc.end.cause = causeRefused
 				writeBlockedJSON(bw, refusedDecision(d), false, head)
 			} else {
 				writeSimpleFor(bw, req.Method, http.StatusBadGateway, "upstream failure")
@@ -107,14 +109,22 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 	}
 	resp, err := h.pool.roundTrip(pc.ctx, req, t, o)
 	if sent != nil {
-		defer func() { h.core.Meter.Bytes("up", string(hostpolicy.ProtoHTTP), sent.n) }()
+		defer func() {
+			h.core.Meter.Bytes("up", string(hostpolicy.ProtoHTTP), sent.n)
+			pc.end.out = sent.n
+		}()
 	}
 	switch {
 	case err != nil && refusedAtDial(err):
+		pc.end.cause = causeRefused
 		h.core.logger().Info("dial refused", "host", d.Host, "error", scrubErr(err))
 		writeBlockedJSON(bw, refusedDecision(d), false, head)
 		return h.closeAfterAnswer(c, body)
 	case err != nil:
+		pc.end.cause = causeError
+		if pc.ctx.Err() != nil {
+			pc.end.cause = causeClient // the client left during the round trip
+		}
 		h.core.logger().Info("upstream failure", "host", d.Host, "error", scrubErr(err))
 		// (A relayed 1xx may have gone out: a final answer may follow it.)
 		writeSimpleFor(bw, req.Method, http.StatusBadGateway, "upstream failure")
@@ -150,6 +160,7 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 	rw.trailer = resp.Trailer // filled (or made) at the body's end
 	rw.finish()
 	h.core.Meter.Bytes("down", string(hostpolicy.ProtoHTTP), rw.written)
+	pc.end.status, pc.end.in, pc.end.cause = resp.StatusCode, rw.written, rw.answerCause()
 	keep := !rw.closeAfter && rw.err == nil
 	rw.req, rw.header, rw.trailer = nil, nil, nil // nothing of this request stays reachable
 	if body && (pb == nil || pb.body == nil || !pb.body.sent) {
@@ -178,6 +189,8 @@ func (h *HTTPProxy) closeAfterAnswer(c *Conn, body bool) connNext {
 // target closes both sides) and metered as http.
 func (h *HTTPProxy) splice(pc *plainConn, resp *http.Response, d hostpolicy.Decision, gen uint64) connNext {
 	c, bw, br := pc.c, pc.bw, pc.br
+	pc.end.status, pc.end.cause = resp.StatusCode, causeError
+	method := pc.rw.req.Method
 	uc := resp.Body.(*upgradedConn).uc
 	up, ok := uc.c.(*net.TCPConn)
 	if !ok {
@@ -186,6 +199,7 @@ func (h *HTTPProxy) splice(pc *plainConn, resp *http.Response, d hostpolicy.Deci
 	}
 	if !h.core.bindTunnel(c, &d, hostpolicy.ProtoHTTP, up, gen) {
 		up.Close()
+		pc.end.cause = causePolicy
 		return connClose // a change since the decision closed the connection
 	}
 	hdr := resp.Header
@@ -218,7 +232,10 @@ func (h *HTTPProxy) splice(pc *plainConn, resp *http.Response, d hostpolicy.Deci
 		Client: c.TCPConn, Upstream: up, Early: early, Idle: h.limits.IdleTimeout,
 		Protocol: hostpolicy.ProtoHTTP, Meter: h.core.Meter, Owner: c, Parker: h.core.Parker,
 		HalfCloseGrace: upgradeGrace, budget: h.core.tunnelBudget(c),
+		acc: h.core.tunnelAccess(c, &d, hostpolicy.ProtoHTTP, method, resp.StatusCode),
 	}
+	tn.acc.count(dirDown, down) // the bytes after the 101, relayed above
+	pc.end.tunnel = true        // the tunnel's end writes the line
 	pc.rw = respWriter{}
 	// The handler goroutine (with its larger stack) ends here; the tunnel
 	// runs on fresh goroutines.
@@ -305,6 +322,7 @@ type respWriter struct {
 	remaining   int64 // -1: unknown
 	written     int64 // body bytes sent to the client
 	err         error
+	readErr     bool // err came from reading the upstream's body
 }
 
 // writeInformational relays a 1xx answer at once.
@@ -429,7 +447,7 @@ func (w *respWriter) copyBody(r io.Reader, pb *pooledBody) {
 		}
 		if rerr != nil {
 			if rerr != io.EOF && w.err == nil {
-				w.err = rerr
+				w.err, w.readErr = rerr, true
 			}
 			return
 		}

@@ -74,8 +74,10 @@ func (c *Core) mitmTunnel(conn *Conn, client net.Conn, d hostpolicy.Decision, pr
 	// A tunnel a reviewer allowed: its inner requests stand on that review
 	// (the request rules still refine them).
 	granted := d.Source == hostpolicy.SourceDecider
+	client, acc, ended := c.interceptAccess(conn, client, &d, proto)
 	return &mitm.Tunnel{
 		Client: client,
+		Ended:  ended,
 		Host:   host, Port: port,
 		Check: func(ictx context.Context, req *http.Request) *http.Response {
 			if !credOnly {
@@ -96,6 +98,7 @@ func (c *Core) mitmTunnel(conn *Conn, client net.Conn, d hostpolicy.Decision, pr
 		Dial: func(dctx context.Context) (net.Conn, error) { return c.Dialer.DialTarget(dctx, target) },
 		Bytes: func(dir string, n int64) {
 			c.Meter.Bytes(dir, string(proto), n)
+			acc.count(dir, n)
 			if conn.budget != nil {
 				// Counted per inner exchange (as the metric is): the
 				// tunnel that crossed a byte limit is closed after it.

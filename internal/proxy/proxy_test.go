@@ -91,6 +91,8 @@ type stackParts struct {
 	mitm *mitm.Interceptor
 	// creds, when set, is the credential broker.
 	creds *credentials.Broker
+	// ends, when set, receives the access records (access.go).
+	ends observe.ConnectionEndSink
 }
 
 func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackParts) *stack {
@@ -131,6 +133,7 @@ func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackPar
 		Instance:   testInstance,
 	}
 	core.Credentials = parts.creds // the credential broker
+	core.Ends = parts.ends
 	// Every test's tunnels park after a short quiet spell, so the parked
 	// path is exercised by all of them.
 	parker, err := NewParker()

@@ -110,6 +110,8 @@ func (core *Core) judge(c *Conn) (string, bool) {
 	req := hostpolicy.Request{Host: f.host, Port: f.port}
 	if c.Attributed {
 		req.ExecutionID, req.SessionID = c.Exec.ID, c.Exec.SessionID
+	} else if _, session := c.identity(); session != "" {
+		req.SessionID = session // an authenticated client's narrower policy
 	}
 	d := core.Pipeline.Run(context.Background(), req, hostpolicy.RunOptions{Resolve: hostpolicy.ResolvePinned, Pinned: f.addrs})
 	switch d.Reason {
@@ -126,6 +128,7 @@ func (core *Core) closeFor(c *Conn, reason string) bool {
 		return false
 	}
 	f := c.flow.Load()
+	setCause(&c.endCause, closeCause(reason)) // before the close: the relay's end reads it
 	if f != nil && f.upstream != nil {
 		f.upstream.Close() // no byte more reaches the upstream
 	}
@@ -137,6 +140,8 @@ func (core *Core) closeFor(c *Conn, reason string) bool {
 	}
 	if c.Attributed {
 		ev.ExecutionID, ev.SessionID, ev.EnvironmentID = c.Exec.ID, c.Exec.SessionID, c.Exec.EnvironmentID
+	} else if name, session := c.identity(); name != "" {
+		ev.Client, ev.SessionID = name, session
 	}
 	if core.Closed != nil {
 		core.Closed.ConnectionClosed(ev)

@@ -8,10 +8,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"time"
 
 	"github.com/netproxy/netproxy/hostpolicy"
-	"github.com/netproxy/netproxy/internal/observe"
 )
 
 // ErrSelf is the dial error for a target on which netproxy itself listens
@@ -90,17 +88,9 @@ const ReasonProxyLoop hostpolicy.Reason = "proxy_loop"
 // loopDecision is the block of a looped request; it is reported to the
 // sinks (counted and audited) like every decision.
 func (c *Core) loopDecision(req hostpolicy.Request) hostpolicy.Decision {
-	d := hostpolicy.Decision{Verdict: hostpolicy.Deny, Reason: ReasonProxyLoop, Source: hostpolicy.SourceProxyState, Port: req.Port}
-	if h, err := hostpolicy.Normalize(req.Host); err == nil {
-		d.Host = h
-	} else {
-		d.Host = strings.ToLower(req.Host)
-	}
+	d := hostpolicy.Decision{Verdict: hostpolicy.Deny, Reason: ReasonProxyLoop, Source: hostpolicy.SourceProxyState}
 	d.Steps = []hostpolicy.Step{{Step: "mode", Result: "block", Detail: "Via: the request already passed through this netproxy"}}
-	if c.Sink != nil {
-		c.Sink.ObserveDecision(observe.DecisionEvent{Time: time.Now(), Request: req, Decision: d})
-	}
-	return d
+	return c.ownDecision(req, d)
 }
 
 // refusedAtDial reports a dial the dialer refused for policy (a non-public

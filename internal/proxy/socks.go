@@ -27,7 +27,8 @@ const (
 )
 
 // SOCKSProxy is the SOCKS5 listener's front end on github.com/armon/go-socks5:
-// the library speaks the handshake (no-auth only, CONNECT only), and
+// the library speaks the handshake (no-auth, or username/password when
+// proxy clients are configured, proxyauth.go; CONNECT only), and
 // netproxy supplies a resolver that never resolves, the policy check as the
 // library's rule set, and the pinned dialer.
 type SOCKSProxy struct {
@@ -65,6 +66,10 @@ func (noResolve) Resolve(ctx context.Context, name string) (context.Context, net
 // reply is never sent.
 type socksConn struct {
 	*Conn
+	// pre is read before the socket: the greeting netproxy read itself
+	// when proxy authentication is on, rewritten to the chosen method
+	// (proxyauth.go).
+	pre   []byte
 	muted atomic.Bool
 	// kept is set when a tunnel takes the connection over: the library's
 	// closing of it on return is then ignored.
@@ -79,6 +84,11 @@ func (c *socksConn) Close() error {
 }
 
 func (c *socksConn) Read(p []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(p, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
+	}
 	if len(p) > 1 {
 		p = p[:1]
 	}
@@ -179,10 +189,19 @@ func (s *SOCKSProxy) ServeConn(ctx context.Context, c *Conn) {
 		sc.kept.Store(true)
 		tunnel = &Tunnel{Client: c.TCPConn, Upstream: up, Idle: s.limits.IdleTimeout, Protocol: hostpolicy.ProtoSOCKS5, Meter: s.core.Meter, Owner: c, Parker: s.core.Parker, budget: s.core.tunnelBudget(c)}
 		tunnel.TLSName, tunnel.OnTLSMismatch = s.core.tlsNameCheck(c, decision, hostpolicy.ProtoSOCKS5, "")
+		tunnel.acc = s.core.tunnelAccess(c, &decision, hostpolicy.ProtoSOCKS5, "", 0)
 		return nil, errTunnelDone
 	}
+	auth := []socks5.Authenticator{socks5.NoAuthAuthenticator{}}
+	if !c.Attributed && s.core.Clients != nil && s.core.Clients.Enabled() {
+		// Proxy authentication (SPEC §4.4): netproxy picks the method.
+		if !s.socksMethod(sc) {
+			return
+		}
+		auth = append(auth, socksLogin{core: s.core, conn: c})
+	}
 	srv, err := socks5.New(&socks5.Config{
-		AuthMethods: []socks5.Authenticator{socks5.NoAuthAuthenticator{}},
+		AuthMethods: auth,
 		Resolver:    noResolve{},
 		Rules:       rules,
 		Logger:      s.logger,

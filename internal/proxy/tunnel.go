@@ -61,6 +61,8 @@ type Tunnel struct {
 	// budget counts the tunnel's bytes against its execution's egress
 	// budget (budget.go); nil: none.
 	budget *tunnelBudget
+	// acc is the tunnel's access record (access.go); nil: none.
+	acc *tunnelAccess
 }
 
 // The two directions. up: client → upstream; down: upstream → client.
@@ -131,6 +133,7 @@ func (t *Tunnel) prepare() bool {
 		n, err := t.Upstream.Write(t.Early)
 		t.Meter.Bytes("up", string(t.Protocol), int64(n))
 		t.budget.count(dirUp, int64(n))
+		t.acc.count(dirUp, int64(n))
 		t.Early = nil
 		if err != nil {
 			return false
@@ -196,6 +199,7 @@ func (t *Tunnel) finish() {
 	if t.Owner != nil {
 		t.Owner.Close()
 	}
+	t.acc.done() // before onFinish: a shutdown waits for the line
 	if t.onFinish != nil {
 		t.onFinish()
 	}
@@ -228,6 +232,7 @@ func (t *Tunnel) resume(dir int) {
 func (t *Tunnel) runDir(dir int) {
 	dst, src := t.ends(dir)
 	if dir == dirUp && t.TLSName != "" && len(t.Early) > 0 && !t.checkTLSName() {
+		t.acc.setCause(causePolicy)
 		t.abort()
 		t.dirEnded()
 		return
@@ -240,16 +245,19 @@ func (t *Tunnel) runDir(dir int) {
 			return
 		}
 		if err != nil {
+			t.acc.readFailed(dir, err)
 			t.abort()
 			t.dirEnded()
 			return
 		}
 		if dir == dirUp && t.TLSName != "" && avail > 0 && !t.checkTLSName() {
+			t.acc.setCause(causePolicy)
 			t.abort()
 			t.dirEnded()
 			return
 		}
 		if avail == 0 { // orderly EOF
+			t.acc.setCause(eofCause[dir])
 			dst.CloseWrite()
 			src.CloseRead()
 			t.dirEnded()
@@ -257,13 +265,16 @@ func (t *Tunnel) runDir(dir int) {
 		}
 		n, err := t.burst(dst, src, dir)
 		t.Meter.Bytes(dirName[dir], string(t.Protocol), n)
+		t.acc.count(dir, n)
 		if err == nil { // orderly EOF
+			t.acc.setCause(eofCause[dir])
 			dst.CloseWrite()
 			src.CloseRead()
 			t.dirEnded()
 			return
 		}
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.acc.setCause(errCause(err))
 			t.abort()
 			t.dirEnded()
 			return

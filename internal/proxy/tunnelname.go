@@ -65,6 +65,7 @@ func (t *Tunnel) forwardPeeked(buf []byte) bool {
 	}
 	n, err := t.Upstream.Write(buf)
 	t.Meter.Bytes("up", string(t.Protocol), int64(n))
+	t.acc.count(dirUp, int64(n))
 	t.last.Store(time.Now().UnixNano())
 	return err == nil
 }

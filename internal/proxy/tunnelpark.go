@@ -224,6 +224,7 @@ func (p *Parker) sweep() {
 	}
 	p.mu.Unlock()
 	for _, t := range idle {
+		t.acc.setCause(causeIdle)
 		t.abort()
 	}
 }

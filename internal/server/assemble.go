@@ -70,17 +70,18 @@ func Assemble(cfg *config.Config, logger *slog.Logger, meter *metrics.Metrics) (
 func (n *Netproxy) assemble(cfg *config.Config, logger *slog.Logger, meter *metrics.Metrics) (err error) {
 	// 1.
 	sinks := observe.Fanout{logging.DecisionLog{Logger: logger}}
-	var connSink observe.ConnectionSink // connection_closed lines (SPEC §3.9)
+	var connSink observe.ConnectionSink   // connection_closed lines (SPEC §3.9)
+	var endSink observe.ConnectionEndSink // connection_end lines (SPEC §7.5)
 	if cfg.Audit.Path != "" {
 		n.audit, err = audit.Open(cfg.Audit.Path, cfg.Audit.BufferSize, logger, audit.WithDropCounter(meter.AuditDropped))
 		if err != nil {
 			return fmt.Errorf("audit.path: %w", openError{err})
 		}
 		sinks = append(sinks, n.audit)
-		connSink = n.audit
+		connSink, endSink = n.audit, n.audit
 	}
 	// 2.
-	if n.Server, err = New(cfg, Options{Logger: logger, Metrics: meter, Sinks: sinks, ConnectionSink: connSink}); err != nil {
+	if n.Server, err = New(cfg, Options{Logger: logger, Metrics: meter, Sinks: sinks, ConnectionSink: connSink, EndSink: endSink}); err != nil {
 		return err
 	}
 	// 3.

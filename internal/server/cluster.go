@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/netproxy/netproxy/approvalsvc"
+	"github.com/netproxy/netproxy/attribution"
 	"github.com/netproxy/netproxy/cluster"
 	"github.com/netproxy/netproxy/credentials"
 	"github.com/netproxy/netproxy/internal/config"
@@ -39,6 +40,24 @@ func (s *Server) openCluster() (*cluster.Cluster, error) {
 	s.creds.SetRemote(placeholderStore{c})
 	logger.Info("cluster mode", "node", c.NodeID())
 	return c, nil
+}
+
+// advertised is what registrations hand out as the proxy addresses: in
+// cluster mode behind a load balancer, cluster.advertise_http and
+// advertise_socks5 (the balancer's), so an execution registered on this
+// replica reaches any replica; otherwise this replica's listeners.
+func (s *Server) advertised(own attribution.ProxyInfo) attribution.ProxyInfo {
+	cs := s.Config().Cluster.Settings()
+	if !cs.Enabled() {
+		return own
+	}
+	if cs.AdvertiseHTTP != "" {
+		own.HTTP = cs.AdvertiseHTTP
+	}
+	if cs.AdvertiseSOCKS5 != "" {
+		own.SOCKS5 = cs.AdvertiseSOCKS5
+	}
+	return own
 }
 
 // placeholderStore adapts the cluster's placeholder records to the

@@ -52,12 +52,13 @@ func (s *Server) mintCredentials(id string) (attribution.Credentials, error) {
 	return out, nil
 }
 
-// protectSecrets makes this process non-dumpable once it holds secrets: no
-// core dump, no ptrace by the same user, and /proc/<pid>/environ, mem and
-// maps become root's (a sandbox running as the same user without a pid
-// namespace cannot read secret_env there).
-func protectSecrets(set *credentials.Set) error {
-	if set.Len() == 0 {
+// protectSecrets makes this process non-dumpable once it holds secrets
+// (credentials or proxy clients): no core dump, no ptrace by the same
+// user, and /proc/<pid>/environ, mem and maps become root's (a sandbox
+// running as the same user without a pid namespace cannot read secret_env
+// there).
+func protectSecrets(holds bool) error {
+	if !holds {
 		return nil
 	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {

@@ -17,7 +17,7 @@ import (
 // be hidden whole when a workspace lies inside it), the configuration
 // files (they may carry webhook or Redis URLs with credentials), the MITM
 // CA key (the certificate is public), the control socket, every
-// credential's secret_file, and the audit log with its rotated copies
+// credential's and proxy client's secret_file, and the audit log with its rotated copies
 // (NAME.1, NAME-20261201, …: listed when asked, since rotation makes new
 // ones).
 func secretPaths(cfg *config.Config, home string) []string {
@@ -28,6 +28,11 @@ func secretPaths(cfg *config.Config, home string) []string {
 		}
 	}
 	for _, c := range cfg.Credentials {
+		if c.SecretFile != "" {
+			paths = append(paths, c.SecretFile)
+		}
+	}
+	for _, c := range cfg.ProxyAuth.Clients {
 		if c.SecretFile != "" {
 			paths = append(paths, c.SecretFile)
 		}

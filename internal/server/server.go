@@ -44,6 +44,9 @@ type Options struct {
 	// ConnectionSink receives every open connection closed by a change
 	// (SPEC §3.9: the audit's connection_closed lines); nil: none.
 	ConnectionSink observe.ConnectionSink
+	// EndSink receives the end of every allowed request and connection
+	// (SPEC §7.5: the audit's connection_end lines); nil: none.
+	EndSink observe.ConnectionEndSink
 	// ApprovalsControl serves POST /v1/approvals on the control socket.
 	ApprovalsControl http.Handler
 	// AdminToken overrides the token read from the variable named by
@@ -81,6 +84,8 @@ type Server struct {
 	// interception CA handed to executions (a string).
 	creds *credentials.Broker
 	caPEM atomic.Value
+	// clients are the [[proxy_auth.clients]] (SPEC §4.4, proxyauth.go).
+	clients *attribution.Clients
 
 	tracker  *proxy.Tracker
 	dialer   *proxy.Dialer
@@ -159,7 +164,11 @@ func (s *Server) buildPolicy(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	if err := protectSecrets(credSet); err != nil {
+	pa, err := loadProxyAuth(cfg)
+	if err != nil {
+		return err
+	}
+	if err := protectSecrets(credSet.Len() > 0 || len(pa.specs) > 0); err != nil {
 		return err
 	}
 	s.creds = credentials.NewBroker(credSet)
@@ -178,6 +187,8 @@ func (s *Server) buildPolicy(cfg *config.Config) error {
 	})
 	scopes := hostpolicy.NewScopes(attribution.DefaultSession)
 	s.scopeAPI = scopeAPI{engine: s.engine, scopes: scopes}
+	s.clients = &attribution.Clients{}
+	s.applyProxyAuth(pa, cfg.BudgetLimits())
 	// Compiles an execution's narrower policy before its token is returned.
 	s.registry.OnChange(s.scopeAPI.executionChanged)
 	s.shadow = rollout.NewShadow(s.meter, cfg.Metrics.MaxHostLabels)
@@ -258,6 +269,7 @@ func (s *Server) buildDataPath(cfg *config.Config) error {
 	core := &proxy.Core{
 		Parker:     parker,
 		Closed:     opts.ConnectionSink,
+		Ends:       opts.EndSink,
 		Instance:   instance,
 		Pipeline:   s.eval,
 		Dialer:     s.dialer,
@@ -268,6 +280,8 @@ func (s *Server) buildDataPath(cfg *config.Config) error {
 		Tracker:    s.tracker,
 		// Credentials: the broker (docs/credentials.md).
 		Credentials: s.creds,
+		// Clients: proxy authentication (SPEC §4.4).
+		Clients: s.clients,
 		Limits: proxy.Limits{
 			HeaderTimeout:  cfg.Limits.HeaderTimeout.Duration,
 			IdleTimeout:    cfg.Limits.IdleTimeout.Duration,
@@ -576,7 +590,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.controlPath = s.cfg.Control.Socket
 
 	addrs := s.Addrs()
-	s.control = attribution.NewControlServer(s.registry, attribution.ProxyInfo{HTTP: addrs.HTTP, SOCKS5: addrs.SOCKS5}, s.ctlApprv)
+	s.control = attribution.NewControlServer(s.registry, s.advertised(attribution.ProxyInfo{HTTP: addrs.HTTP, SOCKS5: addrs.SOCKS5}), s.ctlApprv)
 	s.control.SetNetworkCheck(s.scopeAPI.checkExecution)
 	for _, r := range s.ctlRoutes {
 		s.control.Handle(r.pattern, r.h)
@@ -691,12 +705,17 @@ func (s *Server) reload() error {
 	if err != nil {
 		return err
 	}
+	// Client secrets too: one unreadable keeps every previous client.
+	pa, err := loadProxyAuth(cfg)
+	if err != nil {
+		return err
+	}
 	ca, err := credentialCA(cfg)
 	if err != nil {
 		return err
 	}
 	wasEnabled := s.engine.Enabled()
-	if err := protectSecrets(credSet); err != nil {
+	if err := protectSecrets(credSet.Len() > 0 || len(pa.specs) > 0); err != nil {
 		return err
 	}
 	s.engine.Swap(pol)
@@ -706,6 +725,8 @@ func (s *Server) reload() error {
 	s.required.Store(cfg.Attribution.Required)
 	// New executions get the new [budgets]; running ones keep theirs.
 	s.registry.SetBudgetLimits(cfg.BudgetLimits())
+	// Clients keep their usage under the new limits.
+	s.applyProxyAuth(pa, cfg.BudgetLimits())
 	s.recordPatterns(pol)
 	// The candidate is reloaded with the live policy; its failure is its own.
 	s.loadShadow(cfg)

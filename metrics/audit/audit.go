@@ -56,13 +56,19 @@ const (
 	// the policy, the kill switch or its execution's end no longer allows
 	// it (SPEC §3.9).
 	EventConnectionClosed = "connection_closed"
+	// EventConnectionEnd ends every allowed request or connection: bytes,
+	// duration, status and close reason (SPEC §7.5, access records).
+	EventConnectionEnd = "connection_end"
 )
 
 // Record is one audit line. Every key is always written (empty string or 0
 // when not applicable) so the file has one fixed schema.
 type Record struct {
-	Time          time.Time `json:"-"` // written as ts by the writer goroutine
-	TS            string    `json:"ts"`
+	Time time.Time `json:"-"` // written as ts by the writer goroutine
+	TS   string    `json:"ts"`
+	// Started is when the request or connection arrived; written as
+	// started ("" when zero: the line has no arrival).
+	Started       time.Time `json:"-"`
 	Event         string    `json:"event"`
 	Decision      string    `json:"decision"`
 	Reason        string    `json:"reason"`
@@ -95,6 +101,15 @@ type Record struct {
 	// Shadow is the [shadow] candidate's decision when it disagrees with
 	// this one; null otherwise.
 	Shadow *ShadowRecord `json:"shadow"`
+	// End marks a connection_end line: only then are bytes_out,
+	// bytes_in, duration_ms (and status, when not 0) written as numbers;
+	// null on every other line.
+	End        bool   `json:"-"`
+	BytesOut   int64  `json:"bytes_out"`
+	BytesIn    int64  `json:"bytes_in"`
+	DurationMS int64  `json:"duration_ms"`
+	Status     int    `json:"status"`
+	Close      string `json:"close"`
 	// Seq and Prev chain the lines (SPEC §7.5): set by the writer
 	// goroutine, never by a caller.
 	Seq  uint64 `json:"seq"`
@@ -111,6 +126,7 @@ type ShadowRecord struct {
 // ApprovalEvent describes one resolved approval (network or exec).
 type ApprovalEvent struct {
 	Time       time.Time
+	Started    time.Time // when the review opened (zero: unknown)
 	ApprovalID string
 	Kind       string // "network" | "exec"; written as the line's source
 	Decision   string // effective decision: "allow" | "deny"
@@ -267,12 +283,14 @@ func (w *Writer) ObserveDecision(e observe.DecisionEvent) {
 	}
 	// An unattributed request belongs to the default session and
 	// environment (SPEC §4.3), as its approvals do.
-	session, env := r.SessionID, r.EnvironmentID
-	if r.ExecutionID == "" {
-		session, env = cmp.Or(session, attribution.DefaultSession), cmp.Or(env, attribution.DefaultSession)
+	session, env := sessionOf(r.ExecutionID, r.SessionID, r.EnvironmentID)
+	started := e.Started
+	if started.IsZero() {
+		started = e.Time // decided on arrival
 	}
 	w.enqueue(Record{
 		Time:          e.Time,
+		Started:       started,
 		Event:         EventNetworkDecision,
 		Decision:      string(d.Verdict),
 		Reason:        string(d.Reason),
@@ -294,6 +312,15 @@ func (w *Writer) ObserveDecision(e observe.DecisionEvent) {
 		Rule:          ruleIndex(d),
 		Shadow:        shadowRecord(d.Shadow),
 	})
+}
+
+// sessionOf is the session and environment a line names: an unattributed
+// request or connection belongs to the default ones (SPEC §4.3).
+func sessionOf(execution, session, env string) (string, string) {
+	if execution == "" {
+		return cmp.Or(session, attribution.DefaultSession), cmp.Or(env, attribution.DefaultSession)
+	}
+	return session, env
 }
 
 // ruleIndex is the deciding request rule's index, or nil.
@@ -318,6 +345,7 @@ func (w *Writer) ApprovalResolved(a ApprovalEvent) {
 	}
 	w.enqueue(Record{
 		Time:          a.Time,
+		Started:       a.Started,
 		Event:         EventApprovalResolved,
 		Decision:      a.Decision,
 		Reason:        a.Reason,
@@ -343,10 +371,7 @@ func (w *Writer) ConnectionClosed(e observe.ConnectionClosedEvent) {
 	if w == nil {
 		return
 	}
-	session, env := e.SessionID, e.EnvironmentID
-	if e.ExecutionID == "" {
-		session, env = cmp.Or(session, attribution.DefaultSession), cmp.Or(env, attribution.DefaultSession)
-	}
+	session, env := sessionOf(e.ExecutionID, e.SessionID, e.EnvironmentID)
 	source := "baseline_policy"
 	if e.Reason == "proxy_disabled" || e.Reason == "execution_ended" {
 		// The proxy's own state (network.enabled, the execution
@@ -366,6 +391,35 @@ func (w *Writer) ConnectionClosed(e observe.ConnectionClosedEvent) {
 		SessionID:     session,
 		EnvironmentID: env,
 		ExecutionID:   e.ExecutionID,
+	})
+}
+
+// ConnectionEnd queues one connection_end line (SPEC §7.5 access
+// record). It never blocks.
+func (w *Writer) ConnectionEnd(e observe.ConnectionEndEvent) {
+	if w == nil {
+		return
+	}
+	session, env := sessionOf(e.ExecutionID, e.SessionID, e.EnvironmentID)
+	w.enqueue(Record{
+		Time:          e.Time,
+		Started:       e.Started,
+		Event:         EventConnectionEnd,
+		Decision:      "allow",
+		Protocol:      string(e.Protocol),
+		Host:          SanitizeHost(e.Host),
+		Port:          e.Port,
+		Method:        SanitizeMethod(e.Method),
+		Client:        e.Client,
+		SessionID:     session,
+		EnvironmentID: env,
+		ExecutionID:   e.ExecutionID,
+		End:           true,
+		BytesOut:      e.BytesOut,
+		BytesIn:       e.BytesIn,
+		DurationMS:    max(e.Time.Sub(e.Started).Milliseconds(), 0),
+		Status:        e.Status,
+		Close:         e.Close,
 	})
 }
 
@@ -492,7 +546,19 @@ func (w *Writer) run(f *os.File, ch chain) {
 		}
 		failing = true
 	}
+	// lastTS keeps the file in ts order (SPEC §7.5: ts is when a line was
+	// decided): two goroutines may read the clock and queue in opposite
+	// orders, microseconds apart; the later-queued line then takes the
+	// earlier line's ts instead of going backwards.
+	var lastTS time.Time
 	write := func(r Record) {
+		if r.Time.IsZero() {
+			r.Time = time.Now()
+		}
+		if r.Time.Before(lastTS) {
+			r.Time = lastTS
+		}
+		lastTS = r.Time
 		line = ch.appendLine(line[:0], r)
 		if _, err := bw.Write(line); err != nil {
 			// bufio keeps failing once a write failed: drop what it holds.

@@ -19,7 +19,7 @@ import (
 	"github.com/netproxy/netproxy/internal/observe"
 )
 
-var specKeys = []string{"ts", "event", "decision", "reason", "source", "protocol", "host", "port", "method", "client", "session_id", "environment_id", "execution_id", "pattern", "override", "approval_id", "reviewer", "outcome", "rationale", "addrs", "level", "rule", "shadow", "seq", "prev"}
+var specKeys = []string{"ts", "started", "event", "decision", "reason", "source", "protocol", "host", "port", "method", "client", "session_id", "environment_id", "execution_id", "pattern", "override", "approval_id", "reviewer", "outcome", "rationale", "addrs", "level", "rule", "shadow", "bytes_out", "bytes_in", "duration_ms", "status", "close", "seq", "prev"}
 
 func readLines(t *testing.T, path string) []map[string]any {
 	t.Helper()
@@ -73,6 +73,11 @@ func TestEveryEventHasTheSpecKeys(t *testing.T) {
 	w.ExecDecision(ExecEvent{Requirement: "needs_approval", Reason: "dangerous", Source: "heuristics", ExecutionID: "exec-2"})
 	w.ConnectionClosed(observe.ConnectionClosedEvent{Reason: "execution_ended", Protocol: "socks5-tcp", Host: "up.test/x?token=s3cret", Port: 443,
 		Client: "127.0.0.1:7", ExecutionID: "exec-3", SessionID: "s3", EnvironmentID: "e3"})
+	began := time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC)
+	w.ConnectionEnd(observe.ConnectionEndEvent{Time: began.Add(1500 * time.Millisecond), Started: began, Protocol: "http", Host: "up.test", Port: 80,
+		Method: "GET", Client: "127.0.0.1:8", BytesOut: 3, BytesIn: 19, Status: 200, Close: "complete"})
+	w.ConnectionEnd(observe.ConnectionEndEvent{Time: began.Add(2 * time.Second), Started: began, Protocol: "socks5-tcp", Host: "up.test", Port: 22,
+		Client: "127.0.0.1:9", BytesIn: 5, Close: "client_closed"})
 	closeW(t, w)
 
 	st, err := os.Stat(path)
@@ -83,8 +88,8 @@ func TestEveryEventHasTheSpecKeys(t *testing.T) {
 		t.Errorf("audit file mode %v, want 0600", st.Mode().Perm())
 	}
 	lines := readLines(t, path)
-	if len(lines) != 4 {
-		t.Fatalf("%d lines, want 4", len(lines))
+	if len(lines) != 6 {
+		t.Fatalf("%d lines, want 6", len(lines))
 	}
 	for i, l := range lines {
 		if len(l) != len(specKeys) {
@@ -114,6 +119,40 @@ func TestEveryEventHasTheSpecKeys(t *testing.T) {
 	if l := lines[3]; l["event"] != "connection_closed" || l["decision"] != "deny" || l["reason"] != "execution_ended" || l["source"] != "proxy_state" ||
 		l["host"] != "up.test" || l["port"] != 443.0 || l["execution_id"] != "exec-3" || l["session_id"] != "s3" || l["protocol"] != "socks5-tcp" {
 		t.Errorf("connection_closed line = %v", l)
+	}
+	// connection_end: the access record; status only for an HTTP answer;
+	// the other lines carry null there.
+	if l := lines[4]; l["event"] != "connection_end" || l["decision"] != "allow" || l["bytes_out"] != 3.0 || l["bytes_in"] != 19.0 ||
+		l["duration_ms"] != 1500.0 || l["status"] != 200.0 || l["close"] != "complete" || l["started"] != "2026-01-02T03:04:06.000Z" ||
+		l["session_id"] != "default" || l["method"] != "GET" {
+		t.Errorf("connection_end line = %v", l)
+	}
+	if l := lines[5]; l["status"] != nil || l["bytes_out"] != 0.0 || l["close"] != "client_closed" {
+		t.Errorf("tunnel connection_end line = %v", l)
+	}
+	if d["started"] != d["ts"] || d["bytes_in"] != nil || d["status"] != nil || d["close"] != "" {
+		t.Errorf("network_decision access fields = %v", d)
+	}
+}
+
+// The file is in ts order even when lines are queued out of it (two
+// goroutines read the clock, then queue in the other order).
+func TestTsNeverGoesBackwards(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	w, err := Open(path, 16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := time.Date(2026, 1, 2, 3, 4, 5, 900e6, time.UTC)
+	ev := sampleDecision()
+	ev.Time = late
+	w.ObserveDecision(ev)
+	ev.Time, ev.Started = late.Add(-300*time.Millisecond), late.Add(-time.Second)
+	w.ObserveDecision(ev)
+	closeW(t, w)
+	lines := readLines(t, path)
+	if lines[0]["ts"] != "2026-01-02T03:04:05.900Z" || lines[1]["ts"] != "2026-01-02T03:04:05.900Z" || lines[1]["started"] != "2026-01-02T03:04:04.900Z" {
+		t.Fatalf("ts order: %v / %v", lines[0], lines[1])
 	}
 }
 

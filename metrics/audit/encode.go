@@ -23,6 +23,10 @@ func AppendRecord(dst []byte, r Record) []byte {
 		}
 		dst = t.UTC().AppendFormat(dst, "2006-01-02T15:04:05.000Z07:00")
 	}
+	dst = append(dst, `","started":"`...)
+	if !r.Started.IsZero() {
+		dst = r.Started.UTC().AppendFormat(dst, "2006-01-02T15:04:05.000Z07:00")
+	}
 	dst = append(dst, '"')
 	dst = appendField(dst, "event", r.Event)
 	dst = appendField(dst, "decision", r.Decision)
@@ -76,6 +80,23 @@ func AppendRecord(dst []byte, r Record) []byte {
 		dst = appendEscaped(dst, r.Shadow.Pattern)
 		dst = append(dst, `"}`...)
 	}
+	if r.End {
+		dst = append(dst, `,"bytes_out":`...)
+		dst = strconv.AppendInt(dst, r.BytesOut, 10)
+		dst = append(dst, `,"bytes_in":`...)
+		dst = strconv.AppendInt(dst, r.BytesIn, 10)
+		dst = append(dst, `,"duration_ms":`...)
+		dst = strconv.AppendInt(dst, r.DurationMS, 10)
+	} else {
+		dst = append(dst, `,"bytes_out":null,"bytes_in":null,"duration_ms":null`...)
+	}
+	if r.End && r.Status != 0 {
+		dst = append(dst, `,"status":`...)
+		dst = strconv.AppendInt(dst, int64(r.Status), 10)
+	} else {
+		dst = append(dst, `,"status":null`...)
+	}
+	dst = appendField(dst, "close", r.Close)
 	dst = append(dst, `,"seq":`...)
 	dst = strconv.AppendUint(dst, r.Seq, 10)
 	dst = appendField(dst, "prev", r.Prev)

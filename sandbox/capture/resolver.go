@@ -143,17 +143,28 @@ func (r *Resolver) ServeUDP(ctx context.Context, pc net.PacketConn) error {
 	for {
 		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
+			retry, end := serveErr(ctx, err)
+			if !retry {
+				return end
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return err
+			continue
 		}
 		if out := r.Answer(buf[:n]); out != nil {
 			_, _ = pc.WriteTo(out, from) // a sender that went away loses its reply
 		}
 	}
+}
+
+// serveErr sorts a read or accept error of a serve loop: a timeout is
+// retried; the end of ctx or a closed socket ends the loop cleanly; any
+// other error ends it with that error.
+func serveErr(ctx context.Context, err error) (retry bool, end error) {
+	if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+		return false, nil
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true, nil
+	}
+	return false, err
 }

@@ -29,19 +29,21 @@ type Control interface {
 // still keeps (escalatedKind, gitGuard), registers the execution with
 // netproxy for a proxied network and collects its denials.
 type Attempter struct {
-	Argv          []string
-	Env           []string
-	Cwd           string
-	BaseCwd       string // the workspace: --cwd or the current directory
-	Kind          sandbox.Kind
-	Network       sandbox.NetworkMode
-	Tier          sandbox.Tier
-	WritableRoots []string
-	Limits        sandbox.Limits
-	AllowDegraded bool
-	Timeout       time.Duration
-	Signals       <-chan sandbox.Signal
-	Requirement   execcore.Requirement // a rule's sandbox bypass is checked against git (gitGuard)
+	Argv    []string
+	Env     []string
+	Cwd     string
+	BaseCwd string // the workspace: --cwd or the current directory
+	Kind    sandbox.Kind
+	Network sandbox.NetworkMode
+	Tier    sandbox.Tier
+	// Capture and CaptureRequired are sandbox.Spec's (transparent capture).
+	Capture, CaptureRequired bool
+	WritableRoots            []string
+	Limits                   sandbox.Limits
+	AllowDegraded            bool
+	Timeout                  time.Duration
+	Signals                  <-chan sandbox.Signal
+	Requirement              execcore.Requirement // a rule's sandbox bypass is checked against git (gitGuard)
 
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer // the caller's output, written live; nil: captured only
@@ -98,6 +100,7 @@ func (a *Attempter) Run(ctx context.Context, sandboxed bool) (AttemptResult, err
 		WritableRoots: writable,
 		Stdin:         a.Stdin, Timeout: a.Timeout, Signals: a.Signals,
 		Limits: a.Limits, AllowDegraded: a.AllowDegraded,
+		Capture: a.Capture, CaptureRequired: a.CaptureRequired,
 		Stdout: teeTo(a.Stdout, outBuf), Stderr: teeTo(a.Stderr, errBuf),
 	}
 	evCtx, evCancel := context.WithCancel(ctx)

@@ -22,6 +22,7 @@ import (
 // HostOptions describe the run the battery will be judged against.
 type HostOptions struct {
 	Network   string   // proxied | none
+	Capture   bool     // transparent capture asked for (SPEC §6.6)
 	Workspace string   // the base cwd (writable root under workspace-write)
 	Writable  []string // every writable root (HOME inside one is not "outside")
 	Home      string   // the caller's home
@@ -83,7 +84,7 @@ func Prepare(o HostOptions) (*Host, error) {
 	}
 	h := &Host{
 		Plan: Plan{
-			Nonce: hex.EncodeToString(nonce), Network: o.Network, Workspace: o.Workspace,
+			Nonce: hex.EncodeToString(nonce), Network: o.Network, Capture: o.Capture, Workspace: o.Workspace,
 			Home: o.Home, Targets: map[string][]string{}, Control: o.Control, ProbeHost: o.ProbeHost,
 			Secrets: map[string][]SecretTarget{}, Skip: map[string]string{},
 		},
@@ -91,6 +92,11 @@ func Prepare(o HostOptions) (*Host, error) {
 		fileCheck: map[string][]string{}, modeCheck: map[string]string{},
 	}
 	p := &h.Plan
+	if !o.Capture {
+		for _, n := range captureProbes {
+			p.Skip[n] = "transparent capture is off (--capture off, or --network is not proxied)"
+		}
+	}
 	v4, v6 := hostAddrs()
 	if err := h.network(v4, v6); err != nil {
 		h.Close()

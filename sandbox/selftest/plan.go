@@ -7,6 +7,9 @@ import "strings"
 type Plan struct {
 	Nonce   string `json:"nonce"`
 	Network string `json:"network"` // proxied | none
+	// Capture: the run asks for transparent capture (SPEC §6.6); the
+	// capture probes then run (skipped when the tier cannot capture).
+	Capture bool `json:"capture,omitempty"`
 	// Workspace is the writable root shared with the host where the
 	// protected-path and setuid probes write ("" when none is writable).
 	Workspace string `json:"workspace,omitempty"`

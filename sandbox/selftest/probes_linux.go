@@ -73,6 +73,9 @@ func probes() map[string]probeFunc {
 		"net.tfo6":                probeTFO,
 		"dns.resolver":            probeResolver,
 		"dns.proxy":               probeDNSProxy,
+		"capture.denied-connect":  probeCaptureDenied,
+		"capture.udp-9":           probeCaptureUDP,
+		"capture.dns-txt":         probeCaptureTXT,
 		"netproxy.direct":         probeNetproxyDirect,
 		"netproxy.control-socket": probeControlSocket,
 		"proxy.self-loop":         probeSelfLoop,
@@ -210,6 +213,13 @@ func probeTCP(ctx context.Context, p *Plan, name string) Result {
 		c, err := d.DialContext(ctx, "tcp", a)
 		if err == nil {
 			fmt.Fprintf(c, "execwrap-selftest %s %s\n", p.Nonce, name)
+			if p.Capture {
+				// Capture accepts every connect inside the sandbox and
+				// hands it to netproxy, which refuses a host address: the
+				// host's listener (Judge) says whether the nonce arrived.
+				ev = append(ev, a+": accepted by capture, then "+capturedEnd(c))
+				continue
+			}
 			c.Close()
 			return escaped("connected to host listener %s", a)
 		}
@@ -242,22 +252,28 @@ func probeUDP(ctx context.Context, p *Plan, name string) Result {
 
 // udpExchange sends q and waits briefly for an answer.
 func udpExchange(ctx context.Context, addr string, q []byte) string {
+	s, _ := udpExchangeMsg(ctx, addr, q)
+	return s
+}
+
+// udpExchangeMsg is udpExchange with the answer's bytes (nil: none).
+func udpExchangeMsg(ctx context.Context, addr string, q []byte) (string, []byte) {
 	d := net.Dialer{Timeout: dialTimeout}
 	c, err := d.DialContext(ctx, "udp", addr)
 	if err != nil {
-		return errText(err)
+		return errText(err), nil
 	}
 	defer c.Close()
 	if _, err := c.Write(q); err != nil {
-		return "send: " + errText(err)
+		return "send: " + errText(err), nil
 	}
 	c.SetReadDeadline(time.Now().Add(time.Second))
 	buf := make([]byte, 512)
 	n, err := c.Read(buf)
 	if err != nil {
-		return "sent, no answer (" + errText(err) + ")"
+		return "sent, no answer (" + errText(err) + ")", nil
 	}
-	return fmt.Sprintf("answered %d bytes", n)
+	return fmt.Sprintf("answered %d bytes", n), buf[:n]
 }
 
 // probeTFO sends data with MSG_FASTOPEN (a connect that is not connect(2),
@@ -351,8 +367,18 @@ func probeResolver(ctx context.Context, p *Plan, name string) Result {
 	var ev []string
 	out := false
 	for _, s := range servers {
-		u := udpExchange(ctx, s, q)
-		t := tcpDNS(ctx, s, q)
+		u, ua := udpExchangeMsg(ctx, s, q)
+		t, ta := tcpDNSMsg(ctx, s, q)
+		// The sandbox's own capture resolver answers every valid name from
+		// its pool without asking anyone: that answer is no escape, any
+		// other is.
+		own := p.Capture && s == captureResolver
+		if own && ua != nil && poolAnswer(ua) {
+			u = "the sandbox's own resolver answered from its pool"
+		}
+		if own && ta != nil && poolAnswer(ta) {
+			t = "the sandbox's own resolver answered from its pool"
+		}
 		out = out || strings.HasPrefix(u, "answered") || strings.HasPrefix(t, "answered")
 		ev = append(ev, s+" udp: "+u+", tcp: "+t)
 	}
@@ -362,23 +388,29 @@ func probeResolver(ctx context.Context, p *Plan, name string) Result {
 	return held("%s", strings.Join(ev, "; "))
 }
 
-func tcpDNS(ctx context.Context, addr string, q []byte) string {
+// tcpDNSMsg sends q over TCP and returns what happened and the answer's
+// bytes (nil: none).
+func tcpDNSMsg(ctx context.Context, addr string, q []byte) (string, []byte) {
 	d := net.Dialer{Timeout: dialTimeout}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return errText(err)
+		return errText(err), nil
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(dialTimeout))
 	msg := append(binary.BigEndian.AppendUint16(nil, uint16(len(q))), q...)
 	if _, err := c.Write(msg); err != nil {
-		return "send: " + errText(err)
+		return "send: " + errText(err), nil
 	}
 	var l [2]byte
 	if _, err := io.ReadFull(c, l[:]); err != nil {
-		return "connected, no answer (" + errText(err) + ")"
+		return "connected, no answer (" + errText(err) + ")", nil
 	}
-	return "answered"
+	ans := make([]byte, binary.BigEndian.Uint16(l[:]))
+	if _, err := io.ReadFull(c, ans); err != nil {
+		return "answered (truncated)", nil
+	}
+	return "answered", ans
 }
 
 // proxyAddr is the HTTP proxy the sandbox was given ("" when none).

@@ -56,6 +56,7 @@ var Names = []string{
 	"net.tfo4", "net.tfo6",
 	"net.raw-socket", "net.packet-socket", "net.netlink-socket", "net.unix-socket",
 	"dns.resolver", "dns.proxy",
+	"capture.denied-connect", "capture.udp-9", "capture.dns-txt",
 	"proxy.addr-127.1", "proxy.addr-2130706433", "proxy.addr-0x7f000001",
 	"proxy.addr-mapped-127.0.0.1", "proxy.addr-169.254.169.254", "proxy.addr-fd00-ec2--254",
 	"netproxy.direct", "netproxy.control-socket", "proxy.self-loop", "proxy.forged-frame",
