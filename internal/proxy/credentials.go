@@ -73,6 +73,7 @@ func (s *SOCKSProxy) intercept(ctx context.Context, sc *socksConn, d hostpolicy.
 		sc.muted.Store(true)
 		return errTunnelDone
 	}
+	s.core.MITM.Prepare(d.Host) // the leaf is minted while the reply travels
 	err := s.reply(sc, socksSucceeded, nil)
 	sc.muted.Store(true)
 	if err != nil {

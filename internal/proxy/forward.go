@@ -152,7 +152,11 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 		// server does for a handler that left its body unread.
 		rw.closeAfter = true
 	}
-	rw.WriteHeader(resp.StatusCode)
+	if pb != nil && pb.rawHead != nil {
+		rw.writeRawHead(resp.StatusCode, resp.ContentLength, pb.rawHead)
+	} else {
+		rw.WriteHeader(resp.StatusCode)
+	}
 	rw.copyBody(h.core.budgetReader(c, resp.Body, false), pb)
 	resp.Body.Close()
 	if watching {

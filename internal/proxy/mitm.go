@@ -48,6 +48,7 @@ func (h *HTTPProxy) serveMITM(ctx context.Context, c *Conn, bw interface {
 	WriteString(string) (int, error)
 	Flush() error
 }, early []byte, d hostpolicy.Decision) bool {
+	h.core.MITM.Prepare(d.Host) // the leaf is minted while the 200 travels
 	if _, err := bw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n"); err != nil || bw.Flush() != nil {
 		return false
 	}
