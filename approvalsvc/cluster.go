@@ -210,6 +210,7 @@ func (s *Service) clusterReview(ctx context.Context, f *flight, j clusterJob) re
 // clusterFollow waits for the decision of a review another replica (or this
 // one, before a restart) opened; at its deadline it records a timeout.
 func (s *Service) clusterFollow(ctx context.Context, f *flight, j clusterJob, b Begin) result {
+	s.openFlight(f, b.ID) // the requesters' waits start (SPEC §3.7)
 	wctx, cancel := context.WithDeadline(ctx, b.Deadline.Add(time.Second))
 	d, err := s.coord.Await(wctx, b.ID)
 	cancel()

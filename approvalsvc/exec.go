@@ -130,7 +130,7 @@ func (s *Service) reviewExec(ctx context.Context, f *flight, sess *session, owne
 		rkey: &rk, ID: id, Kind: KindExec, Status: StatusPending, SessionID: sess.id, EnvironmentID: env, ExecutionID: req.ExecutionID,
 		Command: append([]string(nil), req.Command...), Cwd: req.Cwd, Reason: req.Reason,
 		SandboxPermissions: sandbox, Justification: req.Justification, ProposedAmendment: req.ProposedAmendment,
-		created: start, CreatedAt: start.UTC().Format(time.RFC3339Nano),
+		created: start, CreatedAt: start.UTC().Format(time.RFC3339Nano), flight: f,
 	}
 	if a.Reason == "" {
 		a.Reason = req.Justification

@@ -74,7 +74,7 @@ func (s *Service) Decide(ctx context.Context, req hostpolicy.Request, base hostp
 		// stays on this instance.
 		run = s.clusterRun
 	}
-	r := s.await(ctx, key, ownerID(owner), check, func(ctx context.Context, f *flight) result { return run(ctx, f, nr) })
+	r := s.awaitFor(ctx, key, ownerID(owner), s.clientWait(req), check, func(ctx context.Context, f *flight) result { return run(ctx, f, nr) })
 	return toDecision(base, r)
 }
 
@@ -95,7 +95,8 @@ const ReasonOverloaded hostpolicy.Reason = "approvals_overloaded"
 
 // denyDecision is how every reviewer denial looks to the client: reason
 // not_allowed (approvals_overloaded when no review could be opened),
-// decision deny, source decider.
+// decision deny, source decider — or decision ask for a requester told
+// its review is still pending (SPEC §3.7) — with the client outcome.
 func denyDecision(base hostpolicy.Decision, r result) hostpolicy.Decision {
 	d := base
 	reason := hostpolicy.ReasonNotAllowed
@@ -109,8 +110,22 @@ func denyDecision(base hostpolicy.Decision, r result) hostpolicy.Decision {
 	if r.unavailable {
 		d.Reason = ReasonUnavailable
 	}
+	if r.pending {
+		d.Verdict = hostpolicy.Ask
+	}
 	d.ApprovalID, d.Override, d.Rationale = r.approvalID, overrideLabel(r), r.rationale
+	d.ApprovalOutcome = clientOutcome(r)
 	return d
+}
+
+// decidedBy is the reviewer who decided r, as the page, CLI, API and audit
+// show it: nobody ("") when a human review timed out (SPEC §5: a timeout is
+// never shown as a reviewer's decision).
+func decidedBy(r result) string {
+	if r.outcome == OutcomeTimeout && r.reviewer == byUser {
+		return ""
+	}
+	return r.reviewer
 }
 
 // overrideLabel says who decided, for the audit's override field.
@@ -171,6 +186,7 @@ func (s *Service) reviewNetwork(ctx context.Context, f *flight, nr netReview) re
 	if a.Command == nil {
 		a.Command = []string{}
 	}
+	a.flight = f
 	policy, reviewer := nr.sess.effective(nr.owner)
 	r := s.review(ctx, a, policy, reviewer, netTarget(nr.proto, nr.host, nr.port), "")
 	r = s.applyNetworkOutcome(nr, r)
@@ -227,6 +243,7 @@ func (s *Service) review(ctx context.Context, a Approval, policy ApprovalPolicy,
 	}
 	// Step 6: route.
 	if useGuardian {
+		s.openFlight(a.flight, a.ID) // the requesters' waits start now
 		v, err := s.guardian.Review(ctx, greq)
 		if err != nil {
 			outcome := OutcomeError
@@ -330,8 +347,8 @@ func checkAmendmentHost(amend string, a Approval) error {
 // list and the approval_decided event.
 func (s *Service) finish(a Approval, r result, start time.Time, owners []string, nr netReview) Approval {
 	now := s.now()
-	a.Status, a.Decision, a.Reviewer, a.Rationale = StatusDecided, r.outcome, r.reviewer, r.rationale
-	a.DecidedAt = now.UTC().Format(time.RFC3339Nano)
+	a.Status, a.Decision, a.Reviewer, a.Rationale = StatusDecided, r.outcome, decidedBy(r), r.rationale
+	a.DecidedAt, a.Waiting, a.flight = now.UTC().Format(time.RFC3339Nano), 0, nil
 	s.queue.record(a)
 	s.bus.publish(EventApprovalDecided, a)
 	s.metrics.ApprovalResolved(a.Kind, r.reviewer, r.outcome, now.Sub(start))
@@ -343,7 +360,7 @@ func (s *Service) finish(a Approval, r result, start time.Time, owners []string,
 		ev := audit.ApprovalEvent{
 			Time: now, Started: start, ApprovalID: a.ID, Kind: a.Kind, Decision: decision, Host: a.Host, Port: a.Port, Protocol: a.Protocol,
 			SessionID: a.SessionID, EnvironmentID: a.EnvironmentID, ExecutionID: a.ExecutionID,
-			Reviewer: r.reviewer, Outcome: r.outcome, Rationale: r.rationale,
+			Reviewer: decidedBy(r), Outcome: r.outcome, Rationale: r.rationale,
 		}
 		if a.Kind == KindNetwork {
 			ev.Reason = string(hostpolicy.ReasonNotAllowed)

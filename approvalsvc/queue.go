@@ -64,6 +64,9 @@ type Approval struct {
 	DecidedAt string `json:"decided_at"`
 	Decision  string `json:"decision"`
 	Reviewer  string `json:"reviewer"`
+	// Waiting is how many requests wait on a pending review now; 0 when
+	// every requester left (it stays decidable; SPEC §5) and once decided.
+	Waiting int `json:"waiting"`
 
 	Rationale          string   `json:"rationale,omitempty"`
 	SandboxPermissions string   `json:"sandbox_permissions,omitempty"`
@@ -73,6 +76,16 @@ type Approval struct {
 	created time.Time
 	// rkey is an exec review's cluster key (cluster mode; see reviewKey).
 	rkey *ReviewKey
+	// flight is the review's single flight while pending (for Waiting).
+	flight *flight
+}
+
+// current is a with Waiting as of now.
+func (a Approval) current() Approval {
+	if a.flight != nil {
+		a.Waiting = int(a.flight.waiting.Load())
+	}
+	return a
 }
 
 // userDecision is what a reviewer posted.
@@ -120,7 +133,7 @@ func (q *queue) get(id string) (Approval, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if e, ok := q.pending[id]; ok {
-		return e.a, true
+		return e.a.current(), true
 	}
 	return Approval{}, false
 }
@@ -152,7 +165,7 @@ func (q *queue) list(status string) []Approval {
 	out := []Approval{}
 	if status == "" || status == StatusPending {
 		for _, e := range q.pending {
-			out = append(out, e.a)
+			out = append(out, e.a.current())
 		}
 		sort.Slice(out, func(i, j int) bool {
 			if !out[i].created.Equal(out[j].created) {
@@ -220,9 +233,11 @@ func (s *Service) localDecide(id, decision, amendHost string) error {
 // or the service shutting down.
 func (s *Service) askUser(ctx context.Context, a Approval) string {
 	e := s.queue.add(a)
+	// Listed and decidable: the requesters' waits start now (SPEC §3.7).
+	s.openFlight(a.flight, a.ID)
 	s.metrics.ApprovalPending(1)
 	defer s.metrics.ApprovalPending(-1)
-	s.bus.publish(EventApprovalCreated, a)
+	s.bus.publish(EventApprovalCreated, a.current())
 	if s.coord != nil {
 		octx, cancel := context.WithTimeout(ctx, coordTimeout)
 		err := s.coord.Open(octx, a, a.reviewKey())

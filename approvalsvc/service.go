@@ -91,8 +91,10 @@ type Service struct {
 	policy   ApprovalPolicy
 	reviewer string
 	timeout  time.Duration
-	hooks    []Hook
-	hookEnv  []string
+	// clientWaitMax bounds one request's wait for its review (SPEC §3.7).
+	clientWaitMax time.Duration
+	hooks         []Hook
+	hookEnv       []string
 
 	// maxPending and maxPerSession bound the reviews in progress (SPEC §5).
 	maxPending    int
@@ -117,6 +119,9 @@ type Service struct {
 	flightMu  sync.Mutex
 	flights   map[cacheKey]*flight
 	inSession map[string]int // reviews in progress per session
+	// left holds the results of network reviews that ended with no
+	// requester waiting, each for one identical retry (clientwait.go).
+	left map[cacheKey]leftResult
 
 	persistMu sync.Mutex // serialises amendments (live list + rules file)
 
@@ -169,7 +174,8 @@ func New(opts Options) (*Service, error) {
 		env = filterEnv(os.Environ(), opts.SecretEnv)
 	}
 	s := &Service{
-		enabled: cfg.Enabled, policy: pol, reviewer: rev, timeout: cfg.Timeout, hooks: hooks, hookEnv: env,
+		enabled: cfg.Enabled, policy: pol, reviewer: rev, timeout: cfg.Timeout, clientWaitMax: cfg.ClientWait, hooks: hooks, hookEnv: env,
+		left:       map[cacheKey]leftResult{},
 		maxPending: cfg.MaxPending, maxPerSession: cfg.MaxPendingPerSession, inSession: map[string]int{},
 		guardian: opts.Guardian, userReviewer: opts.UserReviewer, owners: opts.Owners, publisher: opts.Publisher,
 		amender: opts.Amender, rules: opts.Rules, metrics: opts.Metrics, audit: opts.Audit, coord: opts.Coordinator, log: log, now: now,

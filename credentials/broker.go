@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -202,7 +201,7 @@ type Broker struct {
 	mu     sync.RWMutex
 	byBody map[string]binding        // random part of a placeholder → owner
 	byExec map[string][]string       // execution → random parts
-	lens   map[int]int               // random-part length → how many live
+	index  bodyIndex                 // the live bodies, for the sliding scan (index.go)
 	live   atomic.Int64              // live placeholders (fast path when 0)
 	remote atomic.Pointer[remoteBox] // cluster store (remote.go); nil single node
 	rand   func([]byte) error        // crypto/rand
@@ -210,7 +209,7 @@ type Broker struct {
 
 // NewBroker returns a broker over set (nil: no credentials).
 func NewBroker(set *Set) *Broker {
-	b := &Broker{byBody: map[string]binding{}, byExec: map[string][]string{}, lens: map[int]int{},
+	b := &Broker{byBody: map[string]binding{}, byExec: map[string][]string{},
 		rand: func(p []byte) error { _, err := rand.Read(p); return err }}
 	if set == nil {
 		set = &Set{byName: map[string]*credential{}}
@@ -265,7 +264,7 @@ func (b *Broker) Mint(execID string) ([]Placeholder, error) {
 	b.mu.Lock()
 	for i, body := range bodies {
 		b.byBody[body] = binding{exec: execID, cred: out[i].Credential}
-		b.lens[len(body)]++
+		b.index.add(body)
 	}
 	b.byExec[execID] = append(b.byExec[execID], bodies...)
 	b.mu.Unlock()
@@ -302,9 +301,7 @@ func (b *Broker) Forget(execID string) {
 	delete(b.byExec, execID)
 	for _, body := range bodies {
 		delete(b.byBody, body)
-		if b.lens[len(body)]--; b.lens[len(body)] <= 0 {
-			delete(b.lens, len(body))
-		}
+		b.index.remove(body)
 	}
 	b.mu.Unlock()
 	b.live.Add(-int64(len(bodies)))
@@ -335,12 +332,30 @@ func (a Action) String() string {
 
 // Rewrite decides one request to the normalised host on a connection of
 // execID ("" when unattributed): every live placeholder in the request
-// line and in header names and values is found; one bound to another
-// execution, or whose credential does not cover host, blocks the request
-// (Block and that credential's name). Otherwise each credential covering
-// host whose header carries its own placeholder gets that header set to
-// its format with the secret (Injected). Bodies are never read.
+// line and in header names and values is found, wherever it sits (scan.go);
+// one bound to another execution, or whose credential does not cover host,
+// blocks the request (Block and that credential's name). Otherwise each
+// credential covering host whose header carries its own placeholder gets
+// that header set to its format with the secret (Injected). The body is
+// not read; its trailers are CheckTrailer's.
 func (b *Broker) Rewrite(execID, host string, header http.Header, requestLine string) (Action, string) {
+	return b.decide(execID, host, header, requestLine, true)
+}
+
+// CheckTrailer decides a request's trailers, known only once its body has
+// been read: Block (and the credential's name) on the same terms as
+// Rewrite, else Pass. Nothing is injected into a trailer.
+func (b *Broker) CheckTrailer(execID, host string, trailer http.Header) (Action, string) {
+	if len(trailer) == 0 {
+		return Pass, ""
+	}
+	if act, name := b.decide(execID, host, trailer, "", false); act == Block {
+		return Block, name
+	}
+	return Pass, ""
+}
+
+func (b *Broker) decide(execID, host string, header http.Header, requestLine string, inject bool) (Action, string) {
 	if b == nil {
 		return Pass, ""
 	}
@@ -349,71 +364,30 @@ func (b *Broker) Rewrite(execID, host string, header http.Header, requestLine st
 		return Pass, ""
 	}
 	set := b.set.Load()
+	sc := scanner{b: b, set: set, execID: execID, host: host, remote: rem != nil}
 	b.mu.RLock()
-	lens := make([]int, 0, len(b.lens))
-	for l := range b.lens {
-		lens = append(lens, l)
-	}
-	if rem != nil {
-		lens = setLens(set, lens)
-	}
-	var blocked string
-	var own []binding
-	var misses []string // candidates not held here, for the store (remote.go)
-	check := func(body string) bool {
-		bd, ok := b.byBody[body]
-		if !ok {
-			if rem != nil && !slices.Contains(misses, body) {
-				misses = append(misses, body)
-			}
-			return true
-		}
-		c := set.byName[bd.cred]
-		if c == nil {
-			return true // a credential removed by a reload: dead
-		}
-		if bd.exec != execID || !c.matches(host) {
-			blocked = bd.cred
-			return false
-		}
-		own = append(own, bd)
-		return true
-	}
-	scan := func(s string) bool { return Scan(s, lens, check) }
-	ok := scan(requestLine)
-	for k, vs := range header {
-		if !ok {
-			break
-		}
-		if ok = scan(k); !ok {
-			break
-		}
-		for _, v := range vs {
-			if ok = scan(v); !ok {
-				break
-			}
-		}
-	}
+	ok := sc.fields(header, requestLine)
 	b.mu.RUnlock()
 	if !ok {
-		return Block, blocked
+		return Block, sc.blocked
 	}
 	var fetched map[string]binding
-	if len(misses) > 0 {
-		if fetched, blocked, ok = b.resolveRemote(rem, set, execID, host, misses, &own); !ok {
+	if len(sc.misses) > 0 {
+		var blocked string
+		if fetched, blocked, ok = b.resolveRemote(rem, set, execID, host, sc.misses, &sc.own); !ok {
 			return Block, blocked
 		}
 	}
-	if len(own) == 0 {
+	if len(sc.own) == 0 || !inject {
 		return Pass, ""
 	}
 	act := Pass
-	for _, bd := range own {
+	for _, bd := range sc.own {
 		c := set.byName[bd.cred]
 		vs := header.Values(c.spec.Header)
 		replaced := false
 		for _, v := range vs {
-			if b.holds(v, lens, bd, fetched) {
+			if sc.holds(v, bd, fetched) {
 				replaced = true
 				break
 			}
@@ -426,31 +400,13 @@ func (b *Broker) Rewrite(execID, host string, header http.Header, requestLine st
 	return act, ""
 }
 
-// holds reports whether s carries the placeholder bound to bd (held here
-// or among fetched, the bindings just read from the cluster store).
-func (b *Broker) holds(s string, lens []int, bd binding, fetched map[string]binding) bool {
-	found := false
-	b.mu.RLock()
-	Scan(s, lens, func(body string) bool {
-		got, ok := b.byBody[body]
-		if !ok {
-			got, ok = fetched[body]
-		}
-		if ok && got == bd {
-			found = true
-			return false
-		}
-		return true
-	})
-	b.mu.RUnlock()
-	return found
-}
-
 // Scan finds candidate placeholder bodies in s: for every maximal run of
 // base62 characters at least as long as a body length in lens, the run's
 // first and last len characters are offered to visit (a body may follow
 // an alphanumeric prefix or be followed by other characters). visit
-// returns false to stop; Scan then returns false.
+// returns false to stop; Scan then returns false. It yields the cluster
+// store's candidates (scan.go); live bodies held here are found anywhere
+// by the index (index.go).
 func Scan(s string, lens []int, visit func(body string) bool) bool {
 	if len(lens) == 0 {
 		return true
@@ -461,32 +417,21 @@ func Scan(s string, lens []int, visit func(body string) bool) bool {
 			minLen = l
 		}
 	}
-	i := 0
-	for i < len(s) {
-		if !isBase62(s[i]) {
-			i++
-			continue
-		}
-		j := i
-		for j < len(s) && isBase62(s[j]) {
-			j++
-		}
-		if run := s[i:j]; len(run) >= minLen {
-			for _, l := range lens {
-				if l > len(run) {
-					continue
-				}
-				if !visit(run[len(run)-l:]) {
-					return false
-				}
-				if l < len(run) && !visit(run[:l]) {
-					return false
-				}
+	return runs(s, minLen, func(i, j int) bool {
+		run := s[i:j]
+		for _, l := range lens {
+			if l > len(run) {
+				continue
+			}
+			if !visit(run[len(run)-l:]) {
+				return false
+			}
+			if l < len(run) && !visit(run[:l]) {
+				return false
 			}
 		}
-		i = j
-	}
-	return true
+		return true
+	})
 }
 
 func isBase62(c byte) bool {

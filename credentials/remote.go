@@ -118,7 +118,7 @@ func (b *Broker) keep(body string, bd binding) {
 		return
 	}
 	b.byBody[body] = bd
-	b.lens[len(body)]++
+	b.index.add(body)
 	b.byExec[bd.exec] = append(b.byExec[bd.exec], body)
 	b.live.Add(1)
 }

@@ -12,6 +12,7 @@ package hostpolicy
 import (
 	"context"
 	"net/netip"
+	"time"
 )
 
 // Verdict is the outcome class of a NetworkDecision.
@@ -88,6 +89,12 @@ type Request struct {
 	ExecutionID   string
 	SessionID     string
 	EnvironmentID string
+
+	// ApprovalWait is the client's x-proxy-approval-wait (SPEC §3.7) when
+	// HasApprovalWait: how long it waits for a review before it is told
+	// "pending" (0: not at all); without it, approvals.client_wait.
+	ApprovalWait    time.Duration
+	HasApprovalWait bool
 
 	// Trace asks for Decision.Steps (netproxy check). The data path leaves
 	// it off: nothing there reads the steps, and recording them costs an
@@ -176,10 +183,14 @@ type Decision struct {
 	// this one ([shadow]); nil otherwise. It never changes this decision.
 	Shadow *ShadowDecision
 
-	// Filled by the decider when it answered.
-	ApprovalID string
-	Override   string // e.g. "allow_session", "hook", "guardian"
-	Rationale  string
+	// Filled by the decider when it answered. ApprovalOutcome is what a
+	// client is told of a refusal the approval service took part in (SPEC
+	// §3.7: pending, denied, timed_out, overloaded, unavailable; "" when it
+	// did not).
+	ApprovalID      string
+	ApprovalOutcome string
+	Override        string // e.g. "allow_session", "hook", "guardian"
+	Rationale       string
 }
 
 // addStep records one step of the trace.

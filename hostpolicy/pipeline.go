@@ -409,6 +409,7 @@ func (p *pass) decide(ctx context.Context, live *Decision) stageResult {
 	if out.Verdict != Allow {
 		d := &p.d
 		d.ApprovalID, d.Override, d.Rationale = out.ApprovalID, out.Override, out.Rationale
+		d.ApprovalOutcome = out.ApprovalOutcome
 		d.Source, d.Verdict, d.Reason, d.Cause = SourceDecider, Deny, out.Reason, CauseReviewer
 		if out.Verdict == Ask {
 			d.Verdict = Ask

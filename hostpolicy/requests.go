@@ -597,6 +597,7 @@ func (p *pass) askRule(ctx context.Context, m ruleMatch) bool {
 	}
 	if out.Verdict != Allow {
 		d.ApprovalID, d.Override, d.Rationale = out.ApprovalID, out.Override, out.Rationale
+		d.ApprovalOutcome = out.ApprovalOutcome
 		d.Verdict, d.Reason, d.Source = Deny, ReasonRequestDenied, SourceDecider
 		if out.Verdict == Ask {
 			d.Verdict = Ask

@@ -30,7 +30,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elazarl/goproxy"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/net/http2"
 )
@@ -41,9 +40,11 @@ const DefaultLeafCacheSize = 1024
 // Authority mints leaf certificates signed by the configured CA.
 type Authority struct {
 	ca    tls.Certificate
-	sign  func(host string, ctx *goproxy.ProxyCtx) (*tls.Config, error)
-	gp    *goproxy.ProxyHttpServer // only for the signing helper's log context
 	cache *lru.Cache[string, *tls.Certificate]
+	// inflight: leaves being minted, so that concurrent handshakes for a
+	// new host wait for one mint instead of each minting their own.
+	mu       sync.Mutex
+	inflight map[string]*minting
 }
 
 // LoadAuthority reads the CA certificate and key (PEM) and checks that they
@@ -84,26 +85,27 @@ func NewAuthority(ca tls.Certificate, cacheSize int) (*Authority, error) {
 	if err != nil {
 		return nil, err
 	}
-	gp := goproxy.NewProxyHttpServer()
-	gp.Logger = log.New(io.Discard, "", 0)
-	a := &Authority{ca: ca, gp: gp, cache: cache}
-	a.sign = goproxy.TLSConfigFromCA(&a.ca)
-	return a, nil
+	return &Authority{ca: ca, cache: cache, inflight: make(map[string]*minting)}, nil
 }
 
 // Leaf returns the certificate for host (a DNS name or IP literal), minting
-// it on a cache miss.
+// it on a cache miss (or joining a mint already under way: Prepare).
 func (a *Authority) Leaf(host string) (*tls.Certificate, error) {
-	if c, ok := a.cache.Get(host); ok {
+	if c, ok := a.cache.Get(host); ok && a.fresh(c, time.Now()) {
 		return c, nil
 	}
-	cfg, err := a.sign(host, &goproxy.ProxyCtx{Proxy: a.gp})
-	if err != nil {
-		return nil, fmt.Errorf("mitm: minting a leaf for %s: %w", host, err)
+	a.mu.Lock()
+	m, ok := a.inflight[host]
+	if !ok {
+		m = &minting{done: make(chan struct{})}
+		a.inflight[host] = m
+		a.mu.Unlock()
+		a.mint(host, m)
+	} else {
+		a.mu.Unlock()
+		<-m.done
 	}
-	c := &cfg.Certificates[0]
-	a.cache.Add(host, c)
-	return c, nil
+	return m.cert, m.err
 }
 
 // CachedLeaves reports how many leaves the cache holds.
@@ -149,6 +151,9 @@ type Interceptor struct {
 	// as limits.header_timeout bounds a head on the plain listener; Idle
 	// is only the wait for the next head to begin.
 	HeaderTimeout time.Duration
+
+	once sync.Once
+	tls  *sharedTLS
 }
 
 // limits returns the head limits with their defaults filled in.
@@ -172,6 +177,9 @@ type Tunnel struct {
 	Host   string   // CONNECT host (normalised, no brackets)
 	Port   uint16
 	Check  Check
+	// CheckTrailer, when set, decides a request's trailers at its body's
+	// end (trailers.go); a block aborts the upstream request.
+	CheckTrailer TrailerCheck
 	// Dial connects to the upstream (TCP); TLS is added here.
 	Dial func(ctx context.Context) (net.Conn, error)
 	// Bytes, when set, is told the bytes relayed per direction.
@@ -201,21 +209,13 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 	if i.Roots == nil {
 		return errors.New("mitm: no upstream roots")
 	}
-	leaf, err := i.Authority.Leaf(t.Host)
-	if err != nil {
-		return err
-	}
-	tc := tls.Server(t.Client, &tls.Config{
-		Certificates: []tls.Certificate{*leaf},
-		NextProtos:   []string{"h2", "http/1.1"},
-		MinVersion:   tls.VersionTLS12,
-	})
+	tc := tls.Server(&hostConn{Conn: t.Client, host: t.Host}, i.shared().server)
 	idle := i.Idle
 	if idle <= 0 {
 		idle = 5 * time.Minute
 	}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = tc.HandshakeContext(hctx)
+	err := tc.HandshakeContext(hctx)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("mitm: client handshake: %w", err)
@@ -229,6 +229,8 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 	lim := &headLimit{r: tc, maxBytes: maxBytes, maxLines: maxLines}
 	br := bufio.NewReader(lim)
 	bw := bufio.NewWriter(tc)
+	up := &h1Upstream{i: i, t: t}
+	defer up.close()
 	for {
 		if br.Buffered() == 0 {
 			// Waiting for a head to begin is idleness; once its first
@@ -280,7 +282,14 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 			return errors.New("mitm: unreadable inner request")
 		}
 		tc.SetReadDeadline(time.Time{})
-		keep, err := i.serveOne(ctx, t, tr, tc, br, bw, req)
+		// Answers go out through a pooled 64 KiB writer held only for the
+		// exchange: a bulk body leaves in four-record writes, and an idle
+		// tunnel keeps only its 4 KiB one.
+		obw := bulkWriters.Get().(*bufio.Writer)
+		obw.Reset(tc)
+		keep, err := i.serveOne(ctx, t, tr, up, tc, br, obw, req)
+		obw.Reset(nil)
+		bulkWriters.Put(obw)
 		if err != nil || !keep {
 			return err
 		}
@@ -289,27 +298,25 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 
 // transport is the tunnel's own upstream client: it dials only through
 // t.Dial (the pinned address), verifies the upstream's certificate against
-// Roots for the CONNECT host, and speaks HTTP/2 when the upstream offers it.
+// Roots for the CONNECT host, and speaks HTTP/2 when the upstream offers it
+// — except for a WebSocket handshake, which net/http sends over a
+// connection of its own offering only HTTP/1.1 (an Upgrade has no meaning
+// in HTTP/2). The Transport adds TLS itself so that it can do that.
 func (i *Interceptor) transport(t *Tunnel, idle time.Duration) *http.Transport {
 	return &http.Transport{
-		DialTLSContext: func(dctx context.Context, _, _ string) (net.Conn, error) {
-			raw, err := t.Dial(dctx)
-			if err != nil {
-				return nil, err
-			}
-			// Verification is the default (system roots + upstream_ca);
-			// the name checked is the CONNECT host. There is no fallback.
-			uc := tls.Client(raw, &tls.Config{RootCAs: i.Roots, ServerName: t.Host, NextProtos: []string{"h2", "http/1.1"}, MinVersion: tls.VersionTLS12})
-			if err := uc.HandshakeContext(dctx); err != nil {
-				raw.Close()
-				return nil, err
-			}
-			return uc, nil
-		},
+		DialContext: func(dctx context.Context, _, _ string) (net.Conn, error) { return t.Dial(dctx) },
+		// Verification is the default (system roots + upstream_ca); the
+		// name checked is the CONNECT host. There is no fallback. The
+		// shared session cache resumes TLS toward the upstream.
+		TLSClientConfig:    i.shared().upstreamConfig(t.Host),
 		ForceAttemptHTTP2:  true,
 		DisableCompression: true,
 		MaxIdleConns:       1,
 		IdleConnTimeout:    idle,
+		// Bulk bodies move in 64 KiB reads and writes (four TLS records
+		// per system call) rather than the default 4 KiB.
+		ReadBufferSize:  bulkBuffer,
+		WriteBufferSize: bulkBuffer,
 	}
 }
 
@@ -439,7 +446,7 @@ func isTokenByte(c byte) bool {
 
 // serveOne answers one inner request and reports whether the connection
 // may carry another.
-func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transport, tc net.Conn, br *bufio.Reader, bw *bufio.Writer, req *http.Request) (bool, error) {
+func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transport, up *h1Upstream, tc net.Conn, br *bufio.Reader, bw *bufio.Writer, req *http.Request) (bool, error) {
 	x := Exchange{Method: req.Method, Started: time.Now()}
 	hasBody := req.ContentLength != 0
 	if !SameAuthority(req.Host, t.Host, t.Port) {
@@ -475,24 +482,42 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 		sent = &countingReader{r: req.Body}
 		out.Body = sent
 	}
+	gate := gateTrailers(t, req, out)
 	// 1xx answers (103 Early Hints; 100 Continue to a client that asked)
 	// are relayed as they arrive, as ReverseProxy's Got1xxResponse does.
 	// The trace runs while this goroutine waits in RoundTrip: bw has one
 	// writer at a time.
 	wantContinue := strings.EqualFold(req.Header.Get("Expect"), "100-continue")
-	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+	relay1xx := func(code int, hh http.Header) error {
 		if code == http.StatusContinue && !wantContinue {
 			return nil
 		}
-		hh := http.Header(h)
 		removeHopByHop(hh)
 		fmt.Fprintf(bw, "HTTP/1.1 %d %s\r\n", code, http.StatusText(code))
 		hh.Write(bw)
 		bw.WriteString("\r\n")
 		return bw.Flush()
-	}}
-	out = out.WithContext(httptrace.WithClientTrace(out.Context(), trace))
-	resp, err := tr.RoundTrip(out)
+	}
+	var resp *http.Response
+	var err error
+	var ready func() bool
+	if h1Eligible(out, upType) {
+		resp, err = up.roundTrip(ctx, out, func(code int, h http.Header) { relay1xx(code, h) })
+		ready = up.ready
+	} else {
+		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			return relay1xx(code, http.Header(h))
+		}}
+		out = out.WithContext(httptrace.WithClientTrace(out.Context(), trace))
+		resp, err = tr.RoundTrip(out)
+	}
+	if blocked := gate.block(); blocked != nil {
+		// The trailers were refused before any answer was relayed.
+		if err == nil {
+			resp.Body.Close()
+		}
+		return false, writeResponse(bw, req, blocked, true)
+	}
 	if err != nil {
 		x.Failed = true
 		defer t.ended(x)
@@ -523,7 +548,7 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	// The head goes out at once and each part of the body as it arrives
 	// (a slow Content-Length body too): what was written is flushed
 	// before every read of the upstream's body.
-	resp.Body = &flushBeforeRead{countingReader: cr, bw: bw}
+	resp.Body = &flushBeforeRead{countingReader: cr, bw: bw, ready: ready}
 	closeAfter := req.Close || resp.Close
 	resp.Request = req
 	resp.Close = closeAfter
@@ -563,7 +588,10 @@ func (i *Interceptor) serveH2(ctx context.Context, t *Tunnel, tr *http.Transport
 	}()
 	var mu sync.Mutex // Bytes may be told from several streams
 	maxBytes, maxLines, headTimeout := i.limits()
-	srv := &http2.Server{IdleTimeout: idle}
+	// Upload windows as large as the upstream transport's default stream
+	// window (4 MiB): a client's upload is not throttled to 1 MiB per
+	// round trip. The buffers only fill while the upstream is not reading.
+	srv := &http2.Server{IdleTimeout: idle, MaxUploadBufferPerStream: 4 << 20, MaxUploadBufferPerConnection: 8 << 20}
 	srv.ServeConn(&h2HeadGuard{Conn: tc, tls: tc, timeout: headTimeout, preface: len(http2.ClientPreface)}, &http2.ServeConnOpts{
 		Context: ctx,
 		// x/net/http2 logs protocol errors through BaseConfig.ErrorLog
@@ -623,12 +651,23 @@ func (i *Interceptor) serveStream(t *Tunnel, tr *http.Transport, w http.Response
 		sent = &countingReader{r: r.Body}
 		out.Body = sent
 	}
+	gate := gateTrailers(t, r, out)
 	defer func() {
 		if sent != nil {
 			up = sent.n
 		}
 	}()
 	resp, err := tr.RoundTrip(out)
+	if blocked := gate.block(); blocked != nil {
+		if err == nil {
+			resp.Body.Close()
+		}
+		defer blocked.Body.Close()
+		copyHeader(w.Header(), blocked.Header)
+		w.WriteHeader(blocked.StatusCode)
+		io.Copy(w, blocked.Body)
+		return
+	}
 	if err != nil {
 		http.Error(w, UpstreamFailure(t.Host, err), http.StatusBadGateway)
 		return
@@ -654,6 +693,11 @@ func (i *Interceptor) serveStream(t *Tunnel, tr *http.Transport, w http.Response
 			rc.Flush()
 		}
 		if rerr != nil {
+			if gate.block() != nil {
+				// Blocked after the answer began: the client's stream is
+				// reset rather than ended as if complete.
+				panic(http.ErrAbortHandler)
+			}
 			break
 		}
 	}
@@ -776,13 +820,16 @@ func removeHopByHop(h http.Header) {
 }
 
 // flushBeforeRead flushes the client's writer before each body read.
+// With ready set, a read that will not wait skips the flush (the head and
+// a buffered body leave together).
 type flushBeforeRead struct {
 	*countingReader
-	bw *bufio.Writer
+	bw    *bufio.Writer
+	ready func() bool
 }
 
 func (f *flushBeforeRead) Read(p []byte) (int, error) {
-	if f.bw.Buffered() > 0 {
+	if f.bw.Buffered() > 0 && (f.ready == nil || !f.ready()) {
 		if err := f.bw.Flush(); err != nil {
 			return 0, err
 		}

@@ -61,8 +61,10 @@ func browserAwait(t *testing.T, ch <-chan browserResult, d time.Duration, what s
 }
 
 type browserApproval struct {
-	ID, Host, Status, Decision string
-	Port                       int
+	ID, Host, Status, Decision, Reviewer, Protocol string
+	Port                                           int
+	// Waiting is how many requests wait on the review (SPEC §5).
+	Waiting *int
 }
 
 // browserApprovals lists approvals through the admin API ("" for all).

@@ -150,7 +150,8 @@ func serveCredUpstream(t testing.TB, ln net.Listener, cert tls.Certificate) *cre
 }
 
 // credFixture is a netproxy with one credential ("openai" on api.cred.test
-// and badtls.cred.test) and a second ("github" on api.gh.test), MITM on.
+// and badtls.cred.test) and a second ("github" on api.gh.test), MITM on;
+// extra TOML, if any, follows the credentials.
 type credFixture struct {
 	p       *Proxy
 	upCA    *testCA
@@ -162,7 +163,7 @@ type credFixture struct {
 	secretF string
 }
 
-func startCredFixture(t *testing.T) *credFixture {
+func startCredFixture(t *testing.T, extra ...string) *credFixture {
 	t.Helper()
 	upCA := newTestCA(t, "e2e upstream CA")
 	f := &credFixture{
@@ -202,7 +203,7 @@ header = "Authorization"
 format = "token {secret}"
 secret_file = "github.secret"
 env = "GITHUB_TOKEN"
-`
+` + strings.Join(extra, "\n")
 	f.p = WriteProxyConfig(t, cfg)
 	mitmCA := newTestCA(t, "e2e netproxy MITM CA")
 	f.caFile = filepath.Join(f.p.Dir, "ca.pem")

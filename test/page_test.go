@@ -21,8 +21,8 @@ import (
 )
 
 // browserTab starts a headless Chromium tab (120 s budget) whose console
-// errors are collected.
-func browserTab(t *testing.T) (context.Context, *browserConsole) {
+// errors are collected; extra adds browser flags (e.g. a proxy).
+func browserTab(t *testing.T, extra ...chromedp.ExecAllocatorOption) (context.Context, *browserConsole) {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(browserChromium(t)),
@@ -39,6 +39,7 @@ func browserTab(t *testing.T) (context.Context, *browserConsole) {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1366, 900),
 	}
+	opts = append(opts, extra...)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelAlloc)
 	ctx, cancelTab := chromedp.NewContext(allocCtx)
@@ -312,7 +313,7 @@ func TestServePolicySummaryAndTokenFile(t *testing.T) {
 	out := pageStartupOutput(t, p)
 	for _, want := range []string{
 		"netproxy: policy: 2 allow entries, 2 deny entries, mode full\n",
-		"netproxy: unlisted hosts wait for approval for up to 30 s (approvals page or `netproxy approvals`); no decision denies\n",
+		"netproxy: unlisted hosts wait for approval for up to 30 s (approvals page or `netproxy approvals`); no decision denies; a request is told \"pending\" after 25 s and retries\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("serve's start-up output lacks %q:\n%s", want, out)

@@ -20,6 +20,7 @@ import (
 // config file always sets them through its embedded default).
 const (
 	DefaultReviewTimeout        = 120 * time.Second
+	DefaultClientWait           = 25 * time.Second
 	DefaultMaxPending           = 1000
 	DefaultMaxPendingPerSession = 100
 )
@@ -37,7 +38,11 @@ type Settings struct {
 	Policy   string // never | on-request | untrusted | granular[:flags]
 	// Timeout bounds a human review; past it the review is denied.
 	Timeout time.Duration
-	Hooks   []Hook
+	// ClientWait bounds how long one request waits for its review (SPEC
+	// §3.7, below a browser's 30 s CONNECT limit); past it the request is
+	// told "pending" and the review stays open until decided or Timeout.
+	ClientWait time.Duration
+	Hooks      []Hook
 	// MaxPending bounds the reviews in progress in all, MaxPendingPerSession
 	// those of one session (SPEC §5): a request that would open one more is
 	// denied at once with reason approvals_overloaded.
@@ -73,6 +78,9 @@ func (s Settings) WithDefaults() Settings {
 	if s.Timeout == 0 {
 		s.Timeout = DefaultReviewTimeout
 	}
+	if s.ClientWait == 0 {
+		s.ClientWait = DefaultClientWait
+	}
 	if s.MaxPending == 0 {
 		s.MaxPending = DefaultMaxPending
 	}
@@ -100,6 +108,9 @@ func (s Settings) Validate() []*FieldError {
 	}
 	if s.Timeout <= 0 {
 		bad("timeout", `must be a positive duration such as "120s"`)
+	}
+	if s.ClientWait <= 0 {
+		bad("client_wait", `must be a positive duration such as "25s" (a client that prefers to poll sends x-proxy-approval-wait: 0)`)
 	}
 	for i, h := range s.Hooks {
 		key := fmt.Sprintf("hooks[%d]", i)

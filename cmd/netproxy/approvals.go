@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -212,10 +213,12 @@ func (c *approvalsCLI) list(ctx context.Context, client *webui.Client, asJSON bo
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tAGE\tKIND\tTARGET\tPROTOCOL\tSESSION\tENV\tCOMMAND\tREASON")
+	// WAITING: requests waiting on the review; 0 when they all left (it
+	// stays decidable; a retry gets the decision — SPEC §5).
+	fmt.Fprintln(tw, "ID\tAGE\tKIND\tTARGET\tPROTOCOL\tWAITING\tSESSION\tENV\tCOMMAND\tREASON")
 	for _, a := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, c.ago(webui.Created(a)), dashIfEmpty(a.Kind), webui.Target(a),
-			dashIfEmpty(a.Protocol), dashIfEmpty(a.SessionID), dashIfEmpty(a.EnvironmentID), clipText(dashIfEmpty(webui.CommandText(a)), 60),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", a.ID, c.ago(webui.Created(a)), dashIfEmpty(a.Kind), webui.Target(a), dashIfEmpty(a.Protocol), a.Waiting,
+			dashIfEmpty(a.SessionID), dashIfEmpty(a.EnvironmentID), clipText(dashIfEmpty(webui.CommandText(a)), 60),
 			clipText(dashIfEmpty(a.Reason), 60))
 	}
 	return tw.Flush()
@@ -275,6 +278,9 @@ func (c *approvalsCLI) printApproval(a approvalsvc.Approval, indent string) {
 		{"execution", a.ExecutionID},
 		{"created", a.CreatedAt},
 		{"age", c.ago(webui.Created(a))},
+	}
+	if a.Status == approvalsvc.StatusPending {
+		rows = append(rows, [2]string{"waiting", strconv.Itoa(a.Waiting)})
 	}
 	if a.Decision != "" {
 		rows = append(rows, [2]string{"decision", a.Decision}, [2]string{"reviewer", a.Reviewer}, [2]string{"decided", a.DecidedAt})

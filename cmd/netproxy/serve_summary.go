@@ -58,7 +58,7 @@ func unlistedHosts(cfg *config.Config) string {
 		}
 		return fmt.Sprintf("unlisted hosts wait for the Guardian (guardian.backend = %s) for up to %s%s; no answer denies", cfg.Guardian.Backend, seconds(t), hooks)
 	}
-	return fmt.Sprintf("unlisted hosts wait for approval for up to %s%s (approvals page or `netproxy approvals`); no decision denies", seconds(s.Timeout), hooks)
+	return fmt.Sprintf("unlisted hosts wait for approval for up to %s%s (approvals page or `netproxy approvals`); no decision denies; a request is told \"pending\" after %s and retries", seconds(s.Timeout), hooks, seconds(s.ClientWait))
 }
 
 func plural(n int, one, many string) string {

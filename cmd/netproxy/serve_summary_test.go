@@ -20,7 +20,7 @@ func TestPolicySummary(t *testing.T) {
 	}{
 		{"embedded default", "", []string{
 			"netproxy: policy: 0 allow entries, 0 deny entries, mode full\n",
-			"netproxy: unlisted hosts wait for approval for up to 120 s (approvals page or `netproxy approvals`); no decision denies\n",
+			"netproxy: unlisted hosts wait for approval for up to 120 s (approvals page or `netproxy approvals`); no decision denies; a request is told \"pending\" after 25 s and retries\n",
 			"netproxy: nothing is allowed until it is listed in [network.domains] or approved\n",
 		}, nil},
 		{"lists and limited mode", `[network]

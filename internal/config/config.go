@@ -102,7 +102,9 @@ type Approvals struct {
 	Reviewer string   `toml:"reviewer"` // "user" | "guardian"
 	Policy   string   `toml:"policy"`   // never | on-request | untrusted | granular[:flags]
 	Timeout  Duration `toml:"timeout"`
-	Hooks    []Hook   `toml:"hooks"`
+	// ClientWait bounds one request's wait for its review (SPEC §3.7).
+	ClientWait Duration `toml:"client_wait"`
+	Hooks      []Hook   `toml:"hooks"`
 	// MaxPending and MaxPendingPerSession bound the reviews in progress
 	// (SPEC §5): past them a request is denied with approvals_overloaded.
 	MaxPending           int `toml:"max_pending"`
@@ -114,7 +116,7 @@ type Approvals struct {
 func (a Approvals) Settings() settings.Settings {
 	s := settings.Settings{
 		Enabled: a.Enabled, Reviewer: a.Reviewer, Policy: a.Policy, Timeout: a.Timeout.Duration,
-		MaxPending: a.MaxPending, MaxPendingPerSession: a.MaxPendingPerSession,
+		ClientWait: a.ClientWait.Duration, MaxPending: a.MaxPending, MaxPendingPerSession: a.MaxPendingPerSession,
 	}
 	for _, h := range a.Hooks {
 		s.Hooks = append(s.Hooks, settings.Hook{Command: append([]string(nil), h.Command...), Timeout: h.Timeout.Duration})

@@ -32,7 +32,7 @@ func TestDefaultMatchesSpec(t *testing.T) {
 		t.Errorf("network defaults: %+v", c.Network)
 	}
 	if !c.Approvals.Enabled || c.Approvals.Reviewer != "user" || c.Approvals.Policy != "on-request" || c.Approvals.Timeout.Duration != 120*time.Second ||
-		c.Approvals.MaxPending != 1000 || c.Approvals.MaxPendingPerSession != 100 {
+		c.Approvals.MaxPending != 1000 || c.Approvals.MaxPendingPerSession != 100 || c.Approvals.ClientWait.Duration != 25*time.Second {
 		t.Errorf("approvals defaults: %+v", c.Approvals)
 	}
 	if c.DNS.Timeout.Duration != 2*time.Second || c.Limits.MaxConnections != 10000 || c.Limits.IdleTimeout.Duration != 5*time.Minute || c.Admin.TokenEnv != "NETPROXY_ADMIN_TOKEN" {
@@ -114,6 +114,7 @@ func TestErrorsNameKeysAndLines(t *testing.T) {
 		{"guardian needs script", "[approvals]\nreviewer = \"guardian\"\n", []string{"guardian.script"}},
 		{"guardian webhook url", "[approvals]\nreviewer = \"guardian\"\n[guardian]\nbackend = \"webhook\"\n", []string{"guardian.url"}},
 		{"zero timeout", "[approvals]\ntimeout = \"0s\"\n", []string{"approvals.timeout"}},
+		{"zero client_wait", "[approvals]\nclient_wait = \"0s\"\n", []string{"np.toml:2", "approvals.client_wait", "positive", "x-proxy-approval-wait: 0"}},
 		{"zero max_pending", "[approvals]\nmax_pending = 0\n", []string{"np.toml:2", "approvals.max_pending", "positive"}},
 		{"per-session over total", "[approvals]\nmax_pending = 10\nmax_pending_per_session = 11\n", []string{"np.toml:3", "approvals.max_pending_per_session", "exceeds"}},
 		{"negative per-session", "[approvals]\nmax_pending_per_session = -1\n", []string{"approvals.max_pending_per_session"}},

@@ -24,6 +24,9 @@ type answer struct {
 	contentType string
 	xProxyError string // "" for none
 	body        string
+	// approvalOutcome and approvalID: the approval service's part
+	// (approval_outcome.go); "" for none.
+	approvalOutcome, approvalID string
 }
 
 type blockedBody struct {
@@ -38,6 +41,8 @@ type blockedBody struct {
 	Cause    string `json:"cause"`
 	// Rule is the index of the request rule that decided (SPEC §3.10).
 	Rule *int `json:"rule,omitempty"`
+	// Approval is the approval service's outcome (SPEC §3.7).
+	Approval *approvalBody `json:"approval,omitempty"`
 }
 
 // blockAnswer is the block of a refused decision: JSON for requests
@@ -55,7 +60,9 @@ func blockAnswer(d hostpolicy.Decision, proto hostpolicy.Protocol, asJSON bool) 
 		return answer{status: http.StatusServiceUnavailable, contentType: "text/plain; charset=utf-8", xProxyError: d.XProxyError(), body: d.Message()}
 	}
 	if !asJSON {
-		return answer{status: status, contentType: "text/plain; charset=utf-8", xProxyError: d.XProxyError(), body: d.Message()}
+		a := answer{status: status, contentType: "text/plain; charset=utf-8", xProxyError: d.XProxyError(), body: d.Message()}
+		withApprovalOutcome(&a, d)
+		return a
 	}
 	verdict := string(d.Verdict)
 	if verdict != string(hostpolicy.Ask) {
@@ -68,8 +75,11 @@ func blockAnswer(d hostpolicy.Decision, proto hostpolicy.Protocol, asJSON bool) 
 	if i, ok := d.RuleIndex(); ok {
 		b.Rule = &i
 	}
+	b.Approval = approvalJSON(d)
 	body, _ := json.Marshal(b)
-	return answer{status: status, contentType: "application/json", xProxyError: d.XProxyError(), body: string(body)}
+	a := answer{status: status, contentType: "application/json", xProxyError: d.XProxyError(), body: string(body)}
+	withApprovalOutcome(&a, d)
+	return a
 }
 
 // textAnswer is a plain error of the proxy's own (400, 431, 502).
@@ -94,6 +104,7 @@ func writeAnswer(bw *bufio.Writer, a answer, keep, head bool) {
 	if a.status == http.StatusProxyAuthRequired {
 		bw.WriteString("\r\nProxy-Authenticate: " + proxyAuthChallenge)
 	}
+	writeApprovalHeaders(bw, a)
 	bw.WriteString("\r\nContent-Length: ")
 	bw.WriteString(strconv.Itoa(len(a.body)))
 	if keep {
@@ -113,6 +124,7 @@ func answerResponse(req *http.Request, a answer) *http.Response {
 	if a.xProxyError != "" {
 		h["X-Proxy-Error"] = []string{a.xProxyError}
 	}
+	setApprovalHeaders(h, a)
 	return &http.Response{
 		StatusCode: a.status, ProtoMajor: 1, ProtoMinor: 1, Request: req, Header: h,
 		ContentLength: int64(len(a.body)), Body: io.NopCloser(strings.NewReader(a.body)),

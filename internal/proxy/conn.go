@@ -241,6 +241,9 @@ type plainConn struct {
 	// end is what forward learnt of the current exchange, for its access
 	// record (access.go).
 	end exchangeEnd
+	// trailers guards the current chunked request's trailers
+	// (credentials_trailer.go); nil when unguarded.
+	trailers *trailerGuard
 }
 
 func newPlainConn(ctx context.Context, c *Conn, br *bufio.Reader, bw *bufio.Writer, cancel context.CancelFunc) *plainConn {
@@ -309,6 +312,14 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 	hreq := h.core.request(c, host, port, hostpolicy.ProtoHTTP, req.Method)
 	hreq.Path = requestPath(req)
 	hreq.Upgrade = carriesUpgrade(req.Header)
+	if !withApprovalWait(bw, req.Method, req.Header, &hreq) {
+		if !body {
+			pc.watch.disarm()
+		} else {
+			lingerClose(c)
+		}
+		return connClose
+	}
 	d := h.core.decideIdentified(func() hostpolicy.Decision { return h.core.decide(pc.ctx, c, hreq) }, hreq, authCause)
 	if !d.Allowed() {
 		if !body {
@@ -340,6 +351,7 @@ func (h *HTTPProxy) servePlain(pc *plainConn, req *http.Request, hostHdr string)
 		return connClose
 	}
 	pc.end = exchangeEnd{}
+	h.guardTrailers(pc, req, d)
 	next := h.forward(pc, req, authority, d, gen, body)
 	h.core.plainEnded(c, &d, req.Method, &pc.end)
 	return next

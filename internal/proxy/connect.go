@@ -35,6 +35,9 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, sc *headScanner, 
 		writeBlockedText(bw, h.core.loopDecision(hreq))
 		return false
 	}
+	if !withApprovalWait(bw, http.MethodConnect, req.Header, &hreq) {
+		return false
+	}
 	gen := c.generation()
 	// A captured connection's CONNECT (capturehttp.go) may hold a
 	// limited-mode refusal until its stream shows what it carries.

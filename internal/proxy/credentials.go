@@ -33,12 +33,18 @@ func (c *Core) credentialCheck(conn *Conn, host string, port uint16, proto hostp
 	if act != credentials.Block {
 		return nil
 	}
+	return c.credentialMisuse(conn, host, port, proto, req.Method, name)
+}
+
+// credentialMisuse reports a credential block (audit with the credential's
+// name in the rationale, metrics, log) and returns its decision.
+func (c *Core) credentialMisuse(conn *Conn, host string, port uint16, proto hostpolicy.Protocol, method, name string) *hostpolicy.Decision {
 	d := hostpolicy.Decision{
 		Verdict: hostpolicy.Deny, Reason: credentials.ReasonMisuse, Source: hostpolicy.SourceBaseline,
 		Host: host, Port: port,
 		Rationale: "credential " + name + ": a placeholder was sent toward a host it does not belong to, or from another execution",
 	}
-	ireq := c.request(conn, host, port, proto, req.Method)
+	ireq := c.request(conn, host, port, proto, method)
 	if c.Sink != nil {
 		c.Sink.ObserveDecision(observe.DecisionEvent{Time: time.Now(), Request: ireq, Decision: d})
 	}
@@ -67,6 +73,7 @@ func (s *SOCKSProxy) intercept(ctx context.Context, sc *socksConn, d hostpolicy.
 		sc.muted.Store(true)
 		return errTunnelDone
 	}
+	s.core.MITM.Prepare(d.Host) // the leaf is minted while the reply travels
 	err := s.reply(sc, socksSucceeded, nil)
 	sc.muted.Store(true)
 	if err != nil {

@@ -54,6 +54,7 @@ type credBench struct {
 	clientRoots *x509.CertPool
 	mu          sync.Mutex
 	lastAuth    string
+	lastResumed bool // the upstream's TLS session of the last request was resumed
 	sseSeen     chan struct{}
 }
 
@@ -96,6 +97,7 @@ func newCredBenchWith(tb testing.TB, policy string, rules []hostpolicy.RequestRu
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cb.mu.Lock()
 		cb.lastAuth = r.Header.Get("Authorization")
+		cb.lastResumed = r.TLS != nil && r.TLS.DidResume
 		cb.mu.Unlock()
 		if r.URL.Path == "/big" {
 			io.WriteString(w, big)
@@ -152,6 +154,11 @@ func newCredBenchWith(tb testing.TB, policy string, rules []hostpolicy.RequestRu
 }
 
 func (cb *credBench) client(h2, keepAlive bool) *http.Client {
+	return cb.clientWith(h2, keepAlive, nil)
+}
+
+// clientWith is client with a TLS session cache (nil: none).
+func (cb *credBench) clientWith(h2, keepAlive bool, sessions tls.ClientSessionCache) *http.Client {
 	proxyURL, _ := url.Parse("http://" + cb.s.httpAddr)
 	tr := &http.Transport{
 		Proxy: http.ProxyURL(proxyURL),
@@ -166,7 +173,7 @@ func (cb *credBench) client(h2, keepAlive bool) *http.Client {
 			}
 			return c, nil
 		},
-		TLSClientConfig:   &tls.Config{RootCAs: cb.clientRoots},
+		TLSClientConfig:   &tls.Config{RootCAs: cb.clientRoots, ClientSessionCache: sessions},
 		ForceAttemptHTTP2: h2,
 		DisableKeepAlives: !keepAlive,
 	}

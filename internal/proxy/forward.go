@@ -45,6 +45,7 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 		if watching {
 			pc.watch.disarm()
 		}
+		pc.trailers = nil // nothing of this request stays reachable
 	}()
 	upType := upgradeType(req.Header)
 	wantTrailers := headerHasToken(req.Header, "Te", "trailers")
@@ -115,6 +116,11 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 		}()
 	}
 	switch {
+	case err != nil && pc.trailerBlock() != nil:
+		// The trailers were refused at the body's end (audited then): the
+		// upstream connection was closed before the last chunk.
+		writeBlockedJSON(bw, *pc.trailerBlock(), false, head)
+		return h.closeAfterAnswer(c, body)
 	case err != nil && refusedAtDial(err):
 		pc.end.cause = causeRefused
 		h.core.logger().Info("dial refused", "host", d.Host, "error", scrubErr(err))
@@ -146,7 +152,11 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 		// server does for a handler that left its body unread.
 		rw.closeAfter = true
 	}
-	rw.WriteHeader(resp.StatusCode)
+	if pb != nil && pb.rawHead != nil {
+		rw.writeRawHead(resp.StatusCode, resp.ContentLength, pb.rawHead)
+	} else {
+		rw.WriteHeader(resp.StatusCode)
+	}
 	rw.copyBody(h.core.budgetReader(c, resp.Body, false), pb)
 	resp.Body.Close()
 	if watching {
@@ -289,6 +299,7 @@ func sameAuthority(hostHdr, target string, def uint16) bool {
 var hopByHop = []string{
 	"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization",
 	"Proxy-Authenticate", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+	approvalWaitHeader, // SPEC §3.7: ours, never forwarded
 }
 
 func removeHopByHop(h http.Header) {

@@ -48,6 +48,7 @@ func (h *HTTPProxy) serveMITM(ctx context.Context, c *Conn, bw interface {
 	WriteString(string) (int, error)
 	Flush() error
 }, early []byte, d hostpolicy.Decision) bool {
+	h.core.MITM.Prepare(d.Host) // the leaf is minted while the 200 travels
 	if _, err := bw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n"); err != nil || bw.Flush() != nil {
 		return false
 	}
@@ -79,10 +80,17 @@ func (c *Core) mitmTunnel(conn *Conn, client net.Conn, d hostpolicy.Decision, pr
 		Ended:  ended,
 		Host:   host, Port: port,
 		Check: func(ictx context.Context, req *http.Request) *http.Response {
+			// Ours, hop-by-hop (SPEC §3.7): read here, never forwarded.
+			wait, hasWait, bad := approvalWait(req.Header)
+			delete(req.Header, approvalWaitHeader)
+			if bad != nil {
+				return answerResponse(req, *bad)
+			}
 			if !credOnly {
 				ireq := c.request(conn, host, port, hostpolicy.ProtoHTTPS, req.Method)
 				ireq.Path = requestPath(req)
 				ireq.Upgrade = carriesUpgrade(req.Header)
+				ireq.ApprovalWait, ireq.HasApprovalWait = wait, hasWait
 				if id := c.decideInner(ictx, conn, ireq, granted); !id.Allowed() {
 					return blockedJSONResponse(req, id)
 				}
@@ -94,7 +102,8 @@ func (c *Core) mitmTunnel(conn *Conn, client net.Conn, d hostpolicy.Decision, pr
 			}
 			return nil
 		},
-		Dial: func(dctx context.Context) (net.Conn, error) { return c.Dialer.DialTarget(dctx, target) },
+		CheckTrailer: c.mitmTrailerCheck(conn, host, port),
+		Dial:         func(dctx context.Context) (net.Conn, error) { return c.Dialer.DialTarget(dctx, target) },
 		Bytes: func(dir string, n int64) {
 			c.Meter.Bytes(dir, string(proto), n)
 			acc.count(dir, n)

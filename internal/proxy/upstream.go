@@ -65,6 +65,7 @@ type upConn struct {
 	since    time.Time
 	deadline bool // a deadline was set since the connection was pooled
 	// The idle check's parts, made once per connection.
+	head  []byte // the last forwarded response head (resphead.go), reused
 	raw   syscall.RawConn
 	peek  func(fd uintptr) bool
 	dirty bool
@@ -216,7 +217,15 @@ func (p *upstreamPool) exchange(ctx context.Context, uc *upConn, req *http.Reque
 		// The body goes up while the response is read: an upstream may
 		// answer (100 Continue, or a 413) before it has read the body.
 		wrote = make(chan error, 1)
-		go func() { wrote <- writeBody(uc.bw, req) }()
+		go func() {
+			err := writeBody(uc.bw, req)
+			if errors.Is(err, errTrailerBlocked) {
+				// The request must not complete: the upstream sees it cut
+				// before its last chunk (and the response read ends).
+				uc.c.Close()
+			}
+			wrote <- err
+		}()
 	}
 	// The client may give up while the upstream thinks: unblock the read.
 	var stop func() bool
@@ -242,6 +251,20 @@ func (p *upstreamPool) exchange(ctx context.Context, uc *upConn, req *http.Reque
 	for {
 		if _, perr := uc.br.Peek(1); perr != nil {
 			return fail(errNoResponseByte{perr})
+		}
+		buf, _ := uc.br.Peek(uc.br.Buffered())
+		if rh, n, head, ok := scanResponseHead(buf, req.Method, uc.head[:0]); ok {
+			// The head as bytes (resphead.go): no header map.
+			uc.head = head
+			uc.br.Discard(n)
+			body := &clBody{r: uc.br, n: max(rh.contentLength, 0)}
+			resp = &http.Response{StatusCode: rh.code, ProtoMajor: 1, ProtoMinor: 1, ContentLength: rh.contentLength, Close: rh.close, Body: body}
+			pb := &pooledBody{rc: body, uc: uc, pool: p, reuse: !rh.close && !req.Close, stop: stop, rawHead: head}
+			if wrote != nil {
+				pb.body = &bodyWriter{wrote: wrote, cutBody: o.cutBody}
+			}
+			resp.Body = pb
+			return resp, nil
 		}
 		resp, err = http.ReadResponse(uc.br, req)
 		if err != nil {
@@ -455,6 +478,9 @@ type pooledBody struct {
 	stop  func() bool
 	// The request body's writer (nil: no body).
 	body *bodyWriter
+	// rawHead: the response head to forward as it is (resphead.go); nil
+	// when it was parsed into resp.Header.
+	rawHead []byte
 }
 
 // bodyWriter is a request body's writer goroutine and how to stop it.

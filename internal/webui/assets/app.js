@@ -115,6 +115,16 @@
     return dash(a.reason);
   }
 
+  // waitingText says whether a request still waits on the review (SPEC §5:
+  // a review whose requesters all left stays decidable; its retry gets the
+  // decision).
+  function waitingText(a) {
+    const n = Number(a.waiting) || 0;
+    if (n > 0) return n === 1 ? "1 request is waiting" : n + " requests are waiting";
+    return a.kind === "exec" ? "nobody (the command's requester is gone)"
+      : "nobody: the requester was told \"pending\"; a retry of the same request gets your decision (allow once: within 60 s)";
+  }
+
   function hasAmendment(a) {
     return Array.isArray(a.proposed_amendment) && a.proposed_amendment.length > 0;
   }
@@ -209,6 +219,7 @@
     card.querySelector(".f-env").textContent = dash(a.environment_id);
     card.querySelector(".f-exec").textContent = dash(a.execution_id);
     card.querySelector(".f-reason").textContent = kind === "exec" ? dash(a.reason) : reasonText(a);
+    card.querySelector(".f-waiting").textContent = waitingText(a);
     if (kind === "exec") {
       card.querySelector(".f-justification").textContent = dash(a.justification);
       card.querySelector(".f-amendment").textContent = hasAmendment(a) ? prefixRule(a.proposed_amendment) : "none proposed";
@@ -410,6 +421,13 @@
       if (!a || !a.id || (a.status && a.status !== "pending")) return;
       state.pending.set(a.id, a);
       renderPending();
+    });
+    on("approval_waiting", (w) => {
+      const a = w && state.pending.get(w.id);
+      if (!a) return;
+      a.waiting = w.waiting;
+      const card = $("pending-list").querySelector('[data-id="' + CSS.escape(w.id) + '"]');
+      if (card) card.querySelector(".f-waiting").textContent = waitingText(a);
     });
     on("approval_decided", (a) => {
       if (!a || !a.id) return;

@@ -1,0 +1,206 @@
+package mitm
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// h1Upstream is an HTTP/1.1 client tunnel's own keep-alive connection to
+// the upstream, used for the requests that are most of a keep-alive
+// stream: body-less GET, HEAD, OPTIONS and TRACE without an upgrade. It
+// runs on the tunnel's goroutine — no read and write loop goroutines and
+// no channel hand-offs per request as in http.Transport — and its read
+// buffer tells the response writer whether the next body read will wait
+// (the client's writer is flushed only then: a small answer goes to the
+// client in one TLS record and one system call, head and body together).
+// Everything else (bodies, upgrades, other methods) takes the tunnel's
+// http.Transport, whose retry rule for non-idempotent requests stays.
+type h1Upstream struct {
+	i    *Interceptor
+	t    *Tunnel
+	conn *tls.Conn
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	raw  syscall.RawConn // the TCP socket under conn (nil: not a socket)
+	used bool            // the connection carried an exchange (a failure may be a stale close)
+	stop func() bool
+}
+
+// h1Eligible reports whether req goes over the tunnel's own connection.
+func h1Eligible(req *http.Request, upType string) bool {
+	if upType != "" || req.ContentLength != 0 || len(req.TransferEncoding) != 0 {
+		return false
+	}
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+var (
+	bulkReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, bulkBuffer) }}
+	headWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
+	bulkWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, bulkBuffer) }}
+)
+
+// dial opens and verifies a connection that speaks HTTP/1.1.
+func (u *h1Upstream) dial(ctx context.Context) error {
+	raw, err := u.t.Dial(ctx)
+	if err != nil {
+		return err
+	}
+	cfg := u.i.shared().upstreamConfig(u.t.Host)
+	cfg.NextProtos = []string{"http/1.1"}
+	tc := tls.Client(raw, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return err
+	}
+	u.conn, u.used, u.raw = tc, false, nil
+	if sc, ok := raw.(syscall.Conn); ok {
+		u.raw, _ = sc.SyscallConn()
+	}
+	u.br = bulkReaders.Get().(*bufio.Reader)
+	u.br.Reset(tc)
+	u.bw = headWriters.Get().(*bufio.Writer)
+	u.bw.Reset(tc)
+	// The tunnel's end (ctx) cuts a read in progress.
+	u.stop = context.AfterFunc(ctx, func() { tc.Close() })
+	return nil
+}
+
+// close drops the connection and returns its buffers.
+func (u *h1Upstream) close() {
+	if u.conn == nil {
+		return
+	}
+	u.stop()
+	u.conn.Close()
+	u.br.Reset(nil)
+	bulkReaders.Put(u.br)
+	u.bw.Reset(nil)
+	headWriters.Put(u.bw)
+	u.conn, u.br, u.bw = nil, nil, nil
+}
+
+// errBeforeResponse marks a failure before any response byte.
+type errBeforeResponse struct{ error }
+
+func (e errBeforeResponse) Unwrap() error { return e.error }
+
+// roundTrip sends req and reads the final response head; 1xx answers go
+// to on1xx as they come. A kept connection that fails before any byte of
+// an answer (the upstream closed it while idle) is replaced once: every
+// request on this path is idempotent and body-less, as net/http retries.
+func (u *h1Upstream) roundTrip(ctx context.Context, req *http.Request, on1xx func(int, http.Header)) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		if u.conn == nil {
+			if err := u.dial(ctx); err != nil {
+				return nil, err
+			}
+		}
+		resp, err := u.exchange(req, on1xx)
+		if err == nil {
+			return resp, nil
+		}
+		stale := u.used
+		u.close()
+		var nb errBeforeResponse
+		if !stale || attempt > 0 || ctx.Err() != nil || !errors.As(err, &nb) {
+			return nil, err
+		}
+	}
+}
+
+func (u *h1Upstream) exchange(req *http.Request, on1xx func(int, http.Header)) (*http.Response, error) {
+	if err := req.Write(u.bw); err != nil {
+		return nil, errBeforeResponse{err}
+	}
+	if err := u.bw.Flush(); err != nil {
+		return nil, errBeforeResponse{err}
+	}
+	for {
+		if _, err := u.br.Peek(1); err != nil {
+			return nil, errBeforeResponse{err}
+		}
+		resp, err := http.ReadResponse(u.br, req)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case resp.StatusCode == http.StatusSwitchingProtocols:
+			return nil, errors.New("mitm: upstream switched protocols without an upgrade request")
+		case resp.StatusCode >= 100 && resp.StatusCode < 200:
+			on1xx(resp.StatusCode, resp.Header)
+			continue
+		}
+		u.used = true
+		resp.Body = &h1Body{rc: resp.Body, u: u, keep: !resp.Close}
+		return resp, nil
+	}
+}
+
+// ready reports whether a body read will not wait: bytes are buffered, or
+// the socket has some queued (a non-blocking peek), so that the client's
+// writer gathers a bulk body into 64 KiB writes instead of one per record.
+func (u *h1Upstream) ready() bool {
+	if u.br == nil {
+		return false
+	}
+	if u.br.Buffered() > 0 {
+		return true
+	}
+	return u.raw != nil && socketReadable(u.raw)
+}
+
+// h1Body keeps the connection after a body read to its end, and drops it
+// otherwise (the stream would be out of step).
+type h1Body struct {
+	rc   io.ReadCloser
+	u    *h1Upstream
+	keep bool
+	eof  bool
+	done bool
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *h1Body) Close() error {
+	if b.done {
+		return nil
+	}
+	b.done = true
+	if !b.keep || !b.eof || b.u.br.Buffered() > 0 {
+		// Closed first: net/http's Close would drain an unread body.
+		b.u.close()
+	}
+	b.rc.Close()
+	return nil
+}
+
+// socketReadable peeks at the socket without blocking.
+func socketReadable(rc syscall.RawConn) bool {
+	var buf [1]byte
+	readable := false
+	rc.Read(func(fd uintptr) bool {
+		n, _, err := unix.Recvfrom(int(fd), buf[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		readable = err == nil && n > 0
+		return true // never wait
+	})
+	return readable
+}
