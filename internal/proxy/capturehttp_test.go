@@ -22,7 +22,7 @@ func TestClassifyFirst(t *testing.T) {
 		{"\x16\x03\x01\x00", false, false}, // a TLS record
 		{"SSH-2.0-x\r\n", false, false},
 		{"ABCDEFGHIJKLMNOPQRSTUVWXYZ", false, false}, // no method is this long
-		{"GET /aaaaaaaaaaaaaaaaaaaa", true, false}, // at the limit: the loop answers it
+		{"GET /aaaaaaaaaaaaaaaaaaaa", true, false},   // at the limit: the loop answers it
 	} {
 		isHTTP, more := classifyFirst([]byte(c.in), 24)
 		if isHTTP != c.isHTTP || more != c.more {
