@@ -82,11 +82,14 @@ func main() {
 // startBannerServer listens on 127.0.0.1:22 (root) and greets like an SSH
 // server does: the server speaks first, so the banner must cross capture
 // before the client sent a byte.
-func startBannerServer(t *testing.T) {
+func startBannerServer(t *testing.T) { startBannerOn(t, "127.0.0.1:22") }
+
+// startBannerOn is startBannerServer on addr; it returns the port.
+func startBannerOn(t *testing.T, addr string) int {
 	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:22")
+	ln, err := net.Listen("tcp4", addr)
 	if err != nil {
-		t.Fatalf("listen on 127.0.0.1:22 (the ssh-like upstream; run as root, with no sshd there): %v", err)
+		t.Fatalf("listen on %s (the ssh-like upstream; run as root, with no sshd there): %v", addr, err)
 	}
 	t.Cleanup(func() { ln.Close() })
 	go func() {
@@ -103,6 +106,7 @@ func startBannerServer(t *testing.T) {
 			}()
 		}
 	}()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // TestSandboxCaptureRealClients: every client below ignores (or has lost)

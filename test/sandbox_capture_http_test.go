@@ -54,31 +54,6 @@ except Exception as e:
     print("handshake failed", type(e).__name__)
 `
 
-// startBanner listens on a loopback port and greets first, as SSH does.
-func startBanner(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				fmt.Fprint(c, "SSH-2.0-capture-http\r\n")
-				line, _ := bufio.NewReader(c).ReadString('\n')
-				fmt.Fprintf(c, "got %s", line)
-			}()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // writeScripts puts the Python probes and, when there is one, netproxy's
 // MITM CA (ca.pem) in the sandbox's working directory (its /tmp is its own).
 func writeScripts(t *testing.T, dir string, p *Proxy) {
@@ -135,7 +110,7 @@ func TestSandboxCaptureHTTPLimited(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			plain := StartUpstream(t, false)
 			secure := StartUpstream(t, true)
-			banner := startBanner(t)
+			banner := startBannerOn(t, "127.0.0.1:0")
 			cfg := StdConfig()
 			cfg.Mode = "limited"
 			cfg.Domains = append(cfg.Domains, [2]string{"ssh.test", "allow"})
@@ -194,7 +169,7 @@ func TestSandboxCaptureHTTPLimited(t *testing.T) {
 func TestSandboxCaptureHTTPRequestRules(t *testing.T) {
 	plain := StartUpstream(t, false)
 	secure := StartUpstream(t, true)
-	banner := startBanner(t)
+	banner := startBannerOn(t, "127.0.0.1:0")
 	cfg := StdConfig()
 	cfg.Extra = rulesMITM + gitRulesTOML("up.test")
 	p := WriteProxyConfig(t, cfg)
@@ -207,7 +182,7 @@ func TestSandboxCaptureHTTPRequestRules(t *testing.T) {
 		{"a fetch passes", fmt.Sprintf(`curl -sS -m 10 --noproxy '*' -X POST -d x %s | grep -qx 'upstream POST /o/r.git/git-upload-pack'`, plain.URL("up.test", "/o/r.git/git-upload-pack"))},
 		{"TLS to the rules host is intercepted", fmt.Sprintf(`curl -sS -m 10 --cacert ca.pem --noproxy '*' %s | grep -qx %q`, secure.URL("up.test", "/hello"), Hello)},
 		{"keep-alive on a host without rules: both pass", fmt.Sprintf(`python3 keepalive.py closed.test %d > ka.out; cat ka.out >&2; head -1 ka.out | grep -qx '200 %s' && sed -n 2p ka.out | grep -qx '200 body'`, plain.Port, Hello)},
-		{"a server that speaks first", fmt.Sprintf(`printf 'hi\n' | timeout 10 nc closed.test %d | tr -d '\r' | grep -qx 'SSH-2.0-capture-http'`, banner)},
+		{"a server that speaks first", fmt.Sprintf(`printf 'hi\n' | timeout 10 nc closed.test %d | tr -d '\r' | grep -qx 'SSH-2.0-capture-e2e'`, banner)},
 		{"TLS naming another host is closed (SNI check)", fmt.Sprintf(`python3 sni.py closed.test %d other.test | grep -q 'handshake failed'`, secure.Port)},
 		{"TLS naming the host passes", fmt.Sprintf(`python3 sni.py closed.test %d closed.test | grep -q 'handshake ok'`, secure.Port)},
 	})
