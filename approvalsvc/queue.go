@@ -226,8 +226,24 @@ func (s *Service) localDecide(id, decision, amendHost string) error {
 		return fmt.Errorf("%w: %q (decided meanwhile)", ErrNotFound, id)
 	}
 	e.answer <- userDecision{Outcome: decision}
+	// Return once the decision has taken effect (cache, amendment, the
+	// result a late retry gets): a client that polls right after the
+	// reviewer's click must not find the review still open. Bounded, so
+	// a slow hook or disk never holds the reviewer's request for long.
+	if f := a.flight; f != nil {
+		t := time.NewTimer(decisionSettle)
+		defer t.Stop()
+		select {
+		case <-f.done:
+		case <-t.C:
+		}
+	}
 	return nil
 }
+
+// decisionSettle bounds how long DecideApproval waits for a decision to
+// take effect before it answers the reviewer.
+const decisionSettle = 5 * time.Second
 
 // askUser queues a for a human and waits for a decision, the review timeout,
 // or the service shutting down.

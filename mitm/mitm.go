@@ -337,10 +337,12 @@ func UpstreamFailure(host string, err error) string {
 var errHeadTooLarge = errors.New("mitm: request head beyond the limits")
 
 // lingerDelay and lingerBytes bound what lingerClose reads after an error
-// answer (net/http's server waits 500 ms the same way).
+// answer (net/http's server waits 500 ms the same way). lingerBytes is
+// well above any head a client sends before it reads our answer (a 400 KiB
+// head refused at 64 KiB left 80 KiB unread at 256 KiB: a reset).
 const (
 	lingerDelay = 500 * time.Millisecond
-	lingerBytes = 256 << 10
+	lingerBytes = 4 << 20
 )
 
 // lingerClose ends an answered connection whose client may still be
