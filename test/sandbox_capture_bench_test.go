@@ -55,10 +55,9 @@ func medianDur(d []time.Duration) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// captureBenchSize is the download's size: 256 MiB keeps one run of the
-// pair under a few seconds on the shared 2-core machine (the issue's
-// 1 GiB measures the same per-byte path four times longer).
-const captureBenchSize = 256 << 20
+// captureBenchSize is the download's size: 1 GiB, as issue 28 asks (a
+// pair of runs takes ~6 s on a quiet 2-core machine).
+const captureBenchSize = 1 << 30
 
 // startBlobUpstream serves captureBenchSize zero bytes over TLS at /blob.
 func startBlobUpstream(b *testing.B) int {
