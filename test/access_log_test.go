@@ -29,31 +29,16 @@ import (
 // client's end before closing.
 func byteServer(t *testing.T, in, out int, closeFirst bool) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(20 * time.Second))
-				if _, err := io.ReadFull(c, make([]byte, in)); err != nil {
-					return
-				}
-				c.Write(bytes.Repeat([]byte("d"), out))
-				if !closeFirst {
-					io.Copy(io.Discard, c)
-				}
-			}()
+	return rawServer(t, func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := io.ReadFull(c, make([]byte, in)); err != nil {
+			return
 		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port
+		c.Write(bytes.Repeat([]byte("d"), out))
+		if !closeFirst {
+			io.Copy(io.Discard, c)
+		}
+	})
 }
 
 // auditAll returns every audit line in file order.

@@ -64,36 +64,22 @@ func budgetOrigin(t *testing.T, useTLS bool) int {
 // attributed client of the proxy.
 func frameRelay(t *testing.T, target, token string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				up, err := net.DialTimeout("tcp", target, 5*time.Second)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				if _, err := up.Write(Frame(token)); err != nil {
-					return
-				}
-				done := make(chan struct{}, 2)
-				go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
-				go func() { io.Copy(c, up); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
-				<-done
-				<-done
-			}()
+	port := rawServer(t, func(c net.Conn) {
+		up, err := net.DialTimeout("tcp", target, 5*time.Second)
+		if err != nil {
+			return
 		}
-	}()
-	return ln.Addr().String()
+		defer up.Close()
+		if _, err := up.Write(Frame(token)); err != nil {
+			return
+		}
+		done := make(chan struct{}, 2)
+		go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+		go func() { io.Copy(c, up); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+		<-done
+		<-done
+	})
+	return fmt.Sprintf("127.0.0.1:%d", port)
 }
 
 // registerBudget registers an execution with an optional "budgets" object
