@@ -594,6 +594,19 @@ func (i *Interceptor) serveH2(ctx context.Context, t *Tunnel, tr *http.Transport
 	// window (4 MiB): a client's upload is not throttled to 1 MiB per
 	// round trip. The buffers only fill while the upstream is not reading.
 	srv := &http2.Server{IdleTimeout: idle, MaxUploadBufferPerStream: 4 << 20, MaxUploadBufferPerConnection: 8 << 20}
+	// ServeConn returns when the client leaves, without waiting for its
+	// stream handlers: serveH2 waits for them, so every exchange has told
+	// its bytes and its end before the tunnel ends (its connection_end
+	// sums them). A handler that starts after that serves nothing.
+	var streams sync.WaitGroup
+	var streamsMu sync.Mutex
+	stopped := false
+	defer func() {
+		streamsMu.Lock()
+		stopped = true
+		streamsMu.Unlock()
+		streams.Wait()
+	}()
 	srv.ServeConn(&h2HeadGuard{Conn: tc, tls: tc, timeout: headTimeout, preface: len(http2.ClientPreface)}, &http2.ServeConnOpts{
 		Context: ctx,
 		// x/net/http2 logs protocol errors through BaseConfig.ErrorLog
@@ -602,6 +615,14 @@ func (i *Interceptor) serveH2(ctx context.Context, t *Tunnel, tr *http.Transport
 		// a larger block is refused (431) and never buffered whole.
 		BaseConfig: &http.Server{ErrorLog: log.New(io.Discard, "", 0), MaxHeaderBytes: maxBytes},
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			streamsMu.Lock()
+			if stopped {
+				streamsMu.Unlock()
+				return
+			}
+			streams.Add(1)
+			streamsMu.Unlock()
+			defer streams.Done()
 			if fieldCount(r.Header) > maxLines {
 				// The HTTP/1.1 side counts header lines; an HTTP/2 head is
 				// held to the same number of fields.
