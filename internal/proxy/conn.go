@@ -129,11 +129,20 @@ func (h *HTTPProxy) serveRequests(ctx context.Context, c *Conn, sc *headScanner,
 		}
 		c.SetReadDeadline(time.Now().Add(h.limits.HeaderTimeout))
 		headDeadline := time.Now().Add(h.limits.HeaderTimeout)
-		pre, _ := br.Peek(br.Buffered())
-		err := sc.begin(pre)
+		var err error
+		if first {
+			// The first bytes, read before the scanner starts (as a
+			// keep-alive request's are): a head that arrived whole is
+			// then parsed in place (reqhead.go).
+			_, err = br.Peek(1)
+		}
 		var req *http.Request
 		if err == nil {
-			req, err = http.ReadRequest(br)
+			pre, _ := br.Peek(br.Buffered())
+			err = sc.begin(pre)
+		}
+		if err == nil {
+			req, err = readRequestHead(br, sc)
 		}
 		err = sc.end(err)
 		if err != nil {
@@ -160,7 +169,7 @@ func (h *HTTPProxy) serveRequests(ctx context.Context, c *Conn, sc *headScanner,
 		if !h.core.stillAttributed(c) {
 			return true // the execution ended: its connections go with it
 		}
-		hostHdr := sc.hostValue()
+		hostHdr := sc.hostValueLike(req.Host)
 		if bound != "" {
 			var ok bool
 			if hostHdr, ok = boundTarget(bw, req, hostHdr, bound); !ok {
@@ -241,6 +250,9 @@ type plainConn struct {
 	// end is what forward learnt of the current exchange, for its access
 	// record (access.go).
 	end exchangeEnd
+	// noUA is the empty User-Agent value forward gives a request without
+	// one (made once per connection).
+	noUA []string
 	// trailers guards the current chunked request's trailers
 	// (credentials_trailer.go); nil when unguarded.
 	trailers *trailerGuard

@@ -68,9 +68,12 @@ func (h *HTTPProxy) guardTrailers(pc *plainConn, req *http.Request, d hostpolicy
 	if h.core.Credentials == nil || h.core.Credentials.Len() == 0 || len(req.TransferEncoding) == 0 {
 		return
 	}
+	// Only what the check needs: capturing d itself would move every
+	// request's decision to the heap, guarded or not.
+	host, port := d.Host, d.Port
 	g := &trailerGuard{rc: req.Body}
 	g.check = func() *hostpolicy.Decision {
-		return h.core.trailerCheck(pc.c, d.Host, d.Port, hostpolicy.ProtoHTTP, req)
+		return h.core.trailerCheck(pc.c, host, port, hostpolicy.ProtoHTTP, req)
 	}
 	req.Body = g
 	pc.trailers = g

@@ -68,7 +68,11 @@ func (h *HTTPProxy) forward(pc *plainConn, req *http.Request, authority string, 
 	}
 	if _, ok := req.Header["User-Agent"]; !ok {
 		// Empty: http.Request.Write (and writeRequestHead) then add none.
-		req.Header["User-Agent"] = []string{""}
+		// One slice per connection: nothing writes into it.
+		if pc.noUA == nil {
+			pc.noUA = []string{""}
+		}
+		req.Header["User-Agent"] = pc.noUA
 	}
 	if upType != "" {
 		req.Header["Connection"] = []string{"Upgrade"}

@@ -73,11 +73,19 @@ func (s *headScanner) end(err error) error {
 }
 
 // hostValue is the head's raw Host header value ("" when absent).
-func (s *headScanner) hostValue() string {
+func (s *headScanner) hostValue() string { return s.hostValueLike("") }
+
+// hostValueLike is hostValue, returning like itself when the value is the
+// same (the parsed request's Host usually is): no copy per request.
+func (s *headScanner) hostValueLike(like string) string {
 	if !s.gotHost {
 		return ""
 	}
-	return string(bytes.TrimSpace(bytes.TrimSuffix(s.host, []byte("\r"))))
+	v := bytes.TrimSpace(bytes.TrimSuffix(s.host, []byte("\r")))
+	if string(v) == like {
+		return like
+	}
+	return string(v)
 }
 
 func (s *headScanner) Read(p []byte) (int, error) {

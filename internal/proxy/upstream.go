@@ -123,6 +123,21 @@ type interrupter interface {
 	releaseUpstream() bool
 }
 
+// readGuard is what unblocks a running upstream read while the answer is
+// read: the client's watch, or else the request context's AfterFunc.
+type readGuard struct {
+	intr      interrupter
+	afterFunc func() bool
+}
+
+// release ends the guard; false when the read was already cut.
+func (g readGuard) release() bool {
+	if g.intr != nil {
+		return g.intr.releaseUpstream()
+	}
+	return g.afterFunc()
+}
+
 // exchangeOpts are the caller's parts of one exchange.
 type exchangeOpts struct {
 	intr interrupter
@@ -228,15 +243,15 @@ func (p *upstreamPool) exchange(ctx context.Context, uc *upConn, req *http.Reque
 		}()
 	}
 	// The client may give up while the upstream thinks: unblock the read.
-	var stop func() bool
+	var stop readGuard
 	if o.intr != nil {
 		o.intr.watchUpstream(uc.c)
-		stop = o.intr.releaseUpstream
+		stop.intr = o.intr
 	} else {
-		stop = context.AfterFunc(ctx, func() { uc.c.SetReadDeadline(time.Now()) })
+		stop.afterFunc = context.AfterFunc(ctx, func() { uc.c.SetReadDeadline(time.Now()) })
 	}
 	fail := func(err error) (*http.Response, error) {
-		stop()
+		stop.release()
 		if wrote != nil {
 			uc.c.Close() // unblocks the body's write
 			if o.cutBody != nil {
@@ -274,7 +289,7 @@ func (p *upstreamPool) exchange(ctx context.Context, uc *upConn, req *http.Reque
 			if o.upgrade == "" || !strings.EqualFold(upgradeType(resp.Header), o.upgrade) {
 				return fail(errors.New("upstream switched protocols without a matching upgrade request"))
 			}
-			stop()
+			stop.release()
 			if wrote != nil {
 				// An upgrade request with a body: the body must be over
 				// before the connection changes hands.
@@ -475,7 +490,7 @@ type pooledBody struct {
 	reuse bool
 	eof   bool
 	done  bool
-	stop  func() bool
+	stop  readGuard
 	// The request body's writer (nil: no body).
 	body *bodyWriter
 	// rawHead: the response head to forward as it is (resphead.go); nil
@@ -539,7 +554,7 @@ func (b *pooledBody) Close() error {
 			b.reuse = false
 		}
 	}
-	if !b.stop() {
+	if !b.stop.release() {
 		// The request's context already fired: the connection's deadline
 		// was cut; do not reuse it.
 		b.reuse = false
