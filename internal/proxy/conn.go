@@ -127,19 +127,25 @@ func (h *HTTPProxy) serveRequests(ctx context.Context, c *Conn, sc *headScanner,
 			}
 			c.setIdle(false)
 		}
-		c.SetReadDeadline(time.Now().Add(h.limits.HeaderTimeout))
-		headDeadline := time.Now().Add(h.limits.HeaderTimeout)
 		var err error
+		headDeadline := time.Now().Add(h.limits.HeaderTimeout)
 		if first {
 			// The first bytes, read before the scanner starts (as a
 			// keep-alive request's are): a head that arrived whole is
 			// then parsed in place (reqhead.go).
+			c.SetReadDeadline(headDeadline)
 			_, err = br.Peek(1)
 		}
 		var req *http.Request
 		if err == nil {
 			pre, _ := br.Peek(br.Buffered())
 			err = sc.begin(pre)
+		}
+		if err == nil && !first && sc.active {
+			// The rest of the head must come within header_timeout. A
+			// head already whole reads nothing more (nor does a body-less
+			// request): the idle deadline may stay, saving a change.
+			c.SetReadDeadline(headDeadline)
 		}
 		if err == nil {
 			req, err = readRequestHead(br, sc)
