@@ -185,12 +185,16 @@ func (s *headScanner) checkName(seg []byte) {
 }
 
 // isTokenByte reports whether c may appear in an RFC 9110 token.
-func isTokenByte(c byte) bool {
-	if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
-		return true
+func isTokenByte(c byte) bool { return tokenBytes[c] }
+
+// tokenBytes is the RFC 9110 tchar set as a table: every header name byte
+// of every request is looked up (read-only after package init).
+var tokenBytes = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", byte(c)) >= 0
 	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
-}
+	return t
+}()
 
 func asciiEqualFold(b []byte, lower string) bool {
 	if len(b) != len(lower) {

@@ -117,17 +117,24 @@ func parseRequestHead(b []byte) (req *http.Request, ok bool) {
 	s := string(b)
 	values := make([]string, nf)
 	h := make(http.Header, nf)
+	// Host never enters the map: http.ReadRequest deletes it (the head
+	// scanner keeps the raw line for SPEC §3.7's check).
+	host, hosts := "", 0
 	for i, f := range fields[:nf] {
 		key := textproto.CanonicalMIMEHeaderKey(s[f.n0:f.n1])
 		values[i] = s[f.v0:f.v1]
+		if key == "Host" {
+			if hosts++; hosts > 1 {
+				return nil, false // net/http refuses it: its words, its path
+			}
+			host = values[i]
+			continue
+		}
 		if vv := h[key]; vv != nil {
 			h[key] = append(vv, values[i])
 		} else {
 			h[key] = values[i : i+1 : i+1]
 		}
-	}
-	if len(h["Host"]) > 1 {
-		return nil, false // net/http refuses it: its words, its path
 	}
 	uri := s[sp1+1 : sp2]
 	u := &url.URL{}
@@ -154,11 +161,8 @@ func parseRequestHead(b []byte) (req *http.Request, ok bool) {
 		RequestURI: uri,
 	}
 	if req.Host == "" {
-		if v := h["Host"]; len(v) > 0 {
-			req.Host = v[0]
-		}
+		req.Host = host
 	}
-	delete(h, "Host") // as http.ReadRequest (the head scanner keeps the raw line)
 	// As net/http's fixPragmaCacheControl and shouldClose.
 	if p := h["Pragma"]; len(p) > 0 && p[0] == "no-cache" {
 		if _, ok := h["Cache-Control"]; !ok {

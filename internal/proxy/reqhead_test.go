@@ -164,3 +164,55 @@ func FuzzParseRequestHead(f *testing.F) {
 		sameAsReadRequest(t, data, len(head), req)
 	})
 }
+
+// BenchmarkRequestHead: a curl-like GET head, parsed in place vs by
+// http.ReadRequest (docs/BENCHMARKS.md).
+func BenchmarkRequestHead(b *testing.B) {
+	head := []byte("GET http://up.test:8080/v1/items?id=42 HTTP/1.1\r\nHost: up.test:8080\r\nUser-Agent: curl/7.88.1\r\nAccept: */*\r\nProxy-Connection: Keep-Alive\r\n\r\n")
+	b.Run("in-place", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := parseRequestHead(head); !ok {
+				b.Fatal("declined")
+			}
+		}
+	})
+	b.Run("net-http", func(b *testing.B) {
+		b.ReportAllocs()
+		r := bytes.NewReader(head)
+		br := bufio.NewReader(r)
+		for b.Loop() {
+			r.Reset(head)
+			br.Reset(r)
+			if _, err := http.ReadRequest(br); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// FuzzWriteHeaderSorted: the request head's fields are written byte for
+// byte as http.Header.WriteSubset writes them.
+func FuzzWriteHeaderSorted(f *testing.F) {
+	f.Add("Accept", "*/*", "X-B", " v\r\nw ", "host", "h")
+	f.Add("User-Agent", "x", "Content-Length", "1", "Bad Name", "v")
+	f.Add("Z", "1", "a", "2", "M", "\t3\t")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
+		h := http.Header{}
+		for _, kv := range [][2]string{{k1, v1}, {k2, v2}, {k3, v3}} {
+			h[kv[0]] = append(h[kv[0]], kv[1])
+		}
+		var want, got bytes.Buffer
+		if err := h.WriteSubset(&want, reqHeadExclude); err != nil {
+			t.Fatal(err)
+		}
+		bw := bufio.NewWriter(&got)
+		if err := writeHeaderSorted(bw, h); err != nil {
+			t.Fatal(err)
+		}
+		bw.Flush()
+		if got.String() != want.String() {
+			t.Fatalf("wrote\n%q\nWriteSubset\n%q", got.String(), want.String())
+		}
+	})
+}
