@@ -14,8 +14,8 @@ import (
 // (request line and header lines) and max_headers header fields; beyond
 // either the client gets a 431. Memory is bounded by what was received: the
 // bytes pass once from the socket through the connection's read buffer into
-// http.ReadRequest, which parses them; the headScanner below only watches
-// them go by. It never keeps a copy of the head — only the raw Host line,
+// the parser (reqhead.go's in-place parse of a whole body-less head, else
+// http.ReadRequest); the headScanner below only watches them go by. It never keeps a copy of the head — only the raw Host line,
 // which SPEC §3.7 needs and which http.ReadRequest drops for absolute-form
 // requests.
 
