@@ -309,7 +309,7 @@ func (w *Writer) ObserveDecision(e observe.DecisionEvent) {
 		Rationale:     d.Rationale,
 		Addrs:         d.Addrs,
 		Level:         d.Level,
-		Rule:          ruleIndex(d),
+		Rule:          ruleIndex(&d),
 		Shadow:        shadowRecord(d.Shadow),
 	})
 }
@@ -323,12 +323,17 @@ func sessionOf(execution, session, env string) (string, string) {
 	return session, env
 }
 
-// ruleIndex is the deciding request rule's index, or nil.
-func ruleIndex(d hostpolicy.Decision) *int {
-	if i, ok := d.RuleIndex(); ok {
-		return &i
+// ruleIndex is the deciding request rule's index, or nil. The index is
+// moved to the heap only when there is one: most decisions have no rule,
+// and their records must not allocate.
+func ruleIndex(d *hostpolicy.Decision) *int {
+	i, ok := d.RuleIndex()
+	if !ok {
+		return nil
 	}
-	return nil
+	p := new(int)
+	*p = i
+	return p
 }
 
 func shadowRecord(s *hostpolicy.ShadowDecision) *ShadowRecord {
@@ -551,7 +556,7 @@ func (w *Writer) run(f *os.File, ch chain) {
 	// orders, microseconds apart; the later-queued line then takes the
 	// earlier line's ts instead of going backwards.
 	var lastTS time.Time
-	write := func(r Record) {
+	write := func(r *Record) {
 		if r.Time.IsZero() {
 			r.Time = time.Now()
 		}
@@ -587,7 +592,7 @@ func (w *Writer) run(f *os.File, ch chain) {
 		for {
 			select {
 			case r := <-w.queue:
-				write(r)
+				write(&r)
 			default:
 				return
 			}
@@ -597,7 +602,7 @@ func (w *Writer) run(f *os.File, ch chain) {
 	for {
 		select {
 		case r := <-w.queue:
-			write(r)
+			write(&r)
 			drain()
 			flush()
 			// Linger before parking on the queue again: while we sleep no

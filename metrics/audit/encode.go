@@ -12,6 +12,16 @@ import (
 // the SPEC §7.5 order. A zero Time is written as the current time; a
 // non-empty TS wins over Time.
 func AppendRecord(dst []byte, r Record) []byte {
+	dst = appendBody(dst, &r)
+	dst = append(dst, `,"seq":`...)
+	dst = strconv.AppendUint(dst, r.Seq, 10)
+	dst = appendField(dst, "prev", r.Prev)
+	return append(dst, "}\n"...)
+}
+
+// appendBody appends r's line up to, not including, seq and prev (which
+// the chain writes itself, chain.appendLine).
+func appendBody(dst []byte, r *Record) []byte {
 	ts := r.TS
 	dst = append(dst, `{"ts":"`...)
 	if ts != "" {
@@ -21,11 +31,11 @@ func AppendRecord(dst []byte, r Record) []byte {
 		if t.IsZero() {
 			t = time.Now()
 		}
-		dst = t.UTC().AppendFormat(dst, "2006-01-02T15:04:05.000Z07:00")
+		dst = appendTime(dst, t)
 	}
 	dst = append(dst, `","started":"`...)
 	if !r.Started.IsZero() {
-		dst = r.Started.UTC().AppendFormat(dst, "2006-01-02T15:04:05.000Z07:00")
+		dst = appendTime(dst, r.Started)
 	}
 	dst = append(dst, '"')
 	dst = appendField(dst, "event", r.Event)
@@ -96,11 +106,7 @@ func AppendRecord(dst []byte, r Record) []byte {
 	} else {
 		dst = append(dst, `,"status":null`...)
 	}
-	dst = appendField(dst, "close", r.Close)
-	dst = append(dst, `,"seq":`...)
-	dst = strconv.AppendUint(dst, r.Seq, 10)
-	dst = appendField(dst, "prev", r.Prev)
-	return append(dst, "}\n"...)
+	return appendField(dst, "close", r.Close)
 }
 
 func appendField(dst []byte, key, value string) []byte {

@@ -41,7 +41,7 @@ func BenchmarkAppendLine(b *testing.B) {
 			line := make([]byte, 0, 1024)
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				line = c.appendLine(line[:0], bc.r)
+				line = c.appendLine(line[:0], &bc.r)
 			}
 		})
 	}
