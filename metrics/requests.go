@@ -19,20 +19,32 @@ type requestKey struct{ protocol, decision, reason, source string }
 // requestCounters resolves the netproxy_requests_total child of a decision
 // once per label tuple: WithLabelValues per event validated, hashed and
 // looked up four label values under the vector's lock on every decision.
-// Reads are one lock-free map lookup; a new tuple copies the (small) map.
-// Children are never deleted from requests_total, so a cached one stays the
-// series the vector exposes.
+// Reads compare with the last tuple seen (a keep-alive connection repeats
+// its tuple; hashing four strings cost more than the compare), else one
+// lock-free map lookup; a new tuple copies the (small) map. Children are
+// never deleted from requests_total, so a cached one stays the series the
+// vector exposes.
 type requestCounters struct {
 	vec *prometheus.CounterVec
 
 	mu    sync.Mutex // serialises adding a tuple
-	byKey atomic.Pointer[map[requestKey]prometheus.Counter]
+	byKey atomic.Pointer[map[requestKey]*requestEntry]
+	last  atomic.Pointer[requestEntry]
+}
+
+type requestEntry struct {
+	key     requestKey
+	counter prometheus.Counter
 }
 
 func (r *requestCounters) counter(k requestKey) prometheus.Counter {
+	if e := r.last.Load(); e != nil && e.key == k {
+		return e.counter
+	}
 	if m := r.byKey.Load(); m != nil {
-		if c, ok := (*m)[k]; ok {
-			return c
+		if e, ok := (*m)[k]; ok {
+			r.last.Store(e)
+			return e.counter
 		}
 	}
 	return r.resolve(k)
@@ -47,7 +59,7 @@ func (r *requestCounters) resolve(k requestKey) prometheus.Counter {
 	)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var cur map[requestKey]prometheus.Counter
+	var cur map[requestKey]*requestEntry
 	if p := r.byKey.Load(); p != nil {
 		cur = *p
 	}
@@ -57,12 +69,14 @@ func (r *requestCounters) resolve(k requestKey) prometheus.Counter {
 	if _, ok := cur[k]; ok {
 		return c
 	}
-	next := make(map[requestKey]prometheus.Counter, len(cur)+1)
+	next := make(map[requestKey]*requestEntry, len(cur)+1)
 	for key, v := range cur {
 		next[key] = v
 	}
-	next[k] = c
+	e := &requestEntry{key: k, counter: c}
+	next[k] = e
 	r.byKey.Store(&next)
+	r.last.Store(e)
 	return c
 }
 

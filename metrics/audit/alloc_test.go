@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,4 +79,30 @@ func TestDataPathRecordsDoNotAllocate(t *testing.T) {
 	if w.Dropped() != 0 {
 		t.Fatalf("%d records dropped: the buffer must hold them all", w.Dropped())
 	}
+}
+
+// sanitizeHostReference is SanitizeHost as it was written before the byte
+// loop (strings.IndexAny): the fuzz below holds the two to the same result.
+func sanitizeHostReference(raw string) string {
+	if i := strings.LastIndexByte(raw, '@'); i >= 0 {
+		raw = raw[i+1:]
+	}
+	if i := strings.IndexAny(raw, "/?#\\ \t\r\n"); i >= 0 {
+		raw = raw[:i]
+	}
+	if len(raw) > 253 {
+		raw = raw[:253]
+	}
+	return strings.ToLower(raw)
+}
+
+func FuzzSanitizeHostMatchesReference(f *testing.F) {
+	for _, s := range []string{"", "a.test", "u:p@h/x?q=1", "[::1]:443", "h#frag", "h\\x", "ünï.test", "A B", "x\ty", "é/\xff?"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		if got, want := SanitizeHost(raw), sanitizeHostReference(raw); got != want {
+			t.Fatalf("SanitizeHost(%q) = %q, want %q", raw, got, want)
+		}
+	})
 }

@@ -269,7 +269,7 @@ func (w *Writer) ObserveDecision(e observe.DecisionEvent) {
 	if w == nil {
 		return
 	}
-	r, d := e.Request, e.Decision
+	r, d := &e.Request, &e.Decision
 	// The data path fills Host with the normalised host, or with the raw
 	// host when normalisation failed: cut it to its host part either way.
 	host := d.Host
@@ -309,7 +309,7 @@ func (w *Writer) ObserveDecision(e observe.DecisionEvent) {
 		Rationale:     d.Rationale,
 		Addrs:         d.Addrs,
 		Level:         d.Level,
-		Rule:          ruleIndex(&d),
+		Rule:          ruleIndex(d),
 		Shadow:        shadowRecord(d.Shadow),
 	})
 }
@@ -664,8 +664,15 @@ func SanitizeHost(raw string) string {
 	if i := strings.LastIndexByte(raw, '@'); i >= 0 {
 		raw = raw[i+1:]
 	}
-	if i := strings.IndexAny(raw, "/?#\\ \t\r\n"); i >= 0 {
-		raw = raw[:i]
+	// A byte loop, not strings.IndexAny: this runs twice per request and
+	// IndexAny builds its set on every call.
+cut:
+	for i := 0; i < len(raw); i++ {
+		switch raw[i] {
+		case '/', '?', '#', '\\', ' ', '\t', '\r', '\n':
+			raw = raw[:i]
+			break cut
+		}
 	}
 	if len(raw) > 253 {
 		raw = raw[:253]
