@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -25,20 +24,7 @@ import (
 func BenchmarkObserveFanout(b *testing.B) {
 	dir := b.TempDir()
 	b.Setenv("NETPROXY_HOME", dir)
-	body := fmt.Sprintf(`[listen]
-http = "127.0.0.1:0"
-socks5 = "127.0.0.1:0"
-admin = "127.0.0.1:0"
-[control]
-socket = %q
-[audit]
-path = %q
-buffer_size = 4096
-`, filepath.Join(dir, "control.sock"), filepath.Join(dir, "audit.jsonl"))
-	path := filepath.Join(dir, "netproxy.toml")
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		b.Fatal(err)
-	}
+	path := writeConfig(b, dir, fmt.Sprintf("[audit]\npath = %q\nbuffer_size = 4096\n", filepath.Join(dir, "audit.jsonl")))
 	cfg, err := config.Load(path)
 	if err != nil {
 		b.Fatal(err)
