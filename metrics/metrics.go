@@ -38,6 +38,7 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	requests    *prometheus.CounterVec
+	requestsBy  requestCounters // requests' children, resolved once per tuple (requests.go)
 	deniedHosts *prometheus.CounterVec
 	// bytesBy holds the bytes counter of every known direction and
 	// protocol, resolved once: the data path adds to it twice per request
@@ -228,6 +229,7 @@ func New(maxHostLabels int) *Metrics {
 		}),
 	}
 	m.hosts = newHostLabels(maxHostLabels, m.deniedHosts, time.Now)
+	m.requestsBy.vec = m.requests
 
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -366,18 +368,14 @@ func (m *Metrics) ObserveDecision(e observe.DecisionEvent) {
 	if m == nil {
 		return
 	}
-	d := e.Decision
-	decision := clamp(string(d.Verdict), decisionValues)
-	m.requests.WithLabelValues(
-		clamp(string(e.Request.Protocol), protocolValues),
-		decision,
-		clamp(string(d.Reason), reasonValues),
-		clamp(string(d.Source), sourceValues),
-	).Inc()
+	d := &e.Decision
+	m.requestsBy.counter(requestKey{string(e.Request.Protocol), string(d.Verdict), string(d.Reason), string(d.Source)}).Inc()
 	if e.Elapsed >= 0 {
 		m.decisionSeconds.Observe(e.Elapsed.Seconds())
 	}
-	if decision != "allow" {
+	// "allow" is in decisionValues: clamp keeps it, and nothing else
+	// clamps to it.
+	if d.Verdict != "allow" {
 		m.hosts.inc(d.Host)
 	}
 }

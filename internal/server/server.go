@@ -274,7 +274,7 @@ func (s *Server) buildDataPath(cfg *config.Config) error {
 		Pipeline:   s.eval,
 		Dialer:     s.dialer,
 		Executions: s.registry,
-		Sink:       sinkFunc(s.observe),
+		Sink:       decisionSinks{&s.sinks},
 		Meter:      s.meter,
 		Logger:     logger,
 		Tracker:    s.tracker,
@@ -451,14 +451,6 @@ func (s *Server) AddSink(sink observe.DecisionSink) {
 	next := append(append(observe.Fanout{}, cur...), sink)
 	s.sinks.Store(&next)
 }
-
-func (s *Server) observe(e observe.DecisionEvent) {
-	s.sinks.Load().ObserveDecision(e)
-}
-
-type sinkFunc func(observe.DecisionEvent)
-
-func (f sinkFunc) ObserveDecision(e observe.DecisionEvent) { f(e) }
 
 // executionEvents puts every attributed decision on its execution's stream.
 type executionEvents struct{ reg *attribution.Registry }

@@ -17,7 +17,7 @@ import (
 	"github.com/netproxy/netproxy/internal/config"
 )
 
-func writeConfig(t *testing.T, dir, extra string) string {
+func writeConfig(t testing.TB, dir, extra string) string {
 	t.Helper()
 	body := fmt.Sprintf(`[listen]
 http = "127.0.0.1:0"

@@ -269,7 +269,7 @@ func (w *Writer) ObserveDecision(e observe.DecisionEvent) {
 	if w == nil {
 		return
 	}
-	r, d := e.Request, e.Decision
+	r, d := &e.Request, &e.Decision
 	// The data path fills Host with the normalised host, or with the raw
 	// host when normalisation failed: cut it to its host part either way.
 	host := d.Host
@@ -323,12 +323,17 @@ func sessionOf(execution, session, env string) (string, string) {
 	return session, env
 }
 
-// ruleIndex is the deciding request rule's index, or nil.
-func ruleIndex(d hostpolicy.Decision) *int {
-	if i, ok := d.RuleIndex(); ok {
-		return &i
+// ruleIndex is the deciding request rule's index, or nil. The index is
+// moved to the heap only when there is one: most decisions have no rule,
+// and their records must not allocate.
+func ruleIndex(d *hostpolicy.Decision) *int {
+	i, ok := d.RuleIndex()
+	if !ok {
+		return nil
 	}
-	return nil
+	p := new(int)
+	*p = i
+	return p
 }
 
 func shadowRecord(s *hostpolicy.ShadowDecision) *ShadowRecord {
@@ -551,7 +556,7 @@ func (w *Writer) run(f *os.File, ch chain) {
 	// orders, microseconds apart; the later-queued line then takes the
 	// earlier line's ts instead of going backwards.
 	var lastTS time.Time
-	write := func(r Record) {
+	write := func(r *Record) {
 		if r.Time.IsZero() {
 			r.Time = time.Now()
 		}
@@ -587,7 +592,7 @@ func (w *Writer) run(f *os.File, ch chain) {
 		for {
 			select {
 			case r := <-w.queue:
-				write(r)
+				write(&r)
 			default:
 				return
 			}
@@ -597,7 +602,7 @@ func (w *Writer) run(f *os.File, ch chain) {
 	for {
 		select {
 		case r := <-w.queue:
-			write(r)
+			write(&r)
 			drain()
 			flush()
 			// Linger before parking on the queue again: while we sleep no
@@ -659,8 +664,15 @@ func SanitizeHost(raw string) string {
 	if i := strings.LastIndexByte(raw, '@'); i >= 0 {
 		raw = raw[i+1:]
 	}
-	if i := strings.IndexAny(raw, "/?#\\ \t\r\n"); i >= 0 {
-		raw = raw[:i]
+	// A byte loop, not strings.IndexAny: this runs twice per request and
+	// IndexAny builds its set on every call.
+cut:
+	for i := 0; i < len(raw); i++ {
+		switch raw[i] {
+		case '/', '?', '#', '\\', ' ', '\t', '\r', '\n':
+			raw = raw[:i]
+			break cut
+		}
 	}
 	if len(raw) > 253 {
 		raw = raw[:253]

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 )
 
 // chain is the position of the audit log's hash chain (SPEC §7.5): every
@@ -22,14 +23,19 @@ type chain struct {
 	last [32]byte // the hash of that line
 }
 
-// appendLine appends r as the next line of the chain and advances it.
-func (c *chain) appendLine(dst []byte, r Record) []byte {
-	var hexPrev [64]byte
-	hex.Encode(hexPrev[:], c.last[:])
-	r.Seq, r.Prev = c.seq+1, string(hexPrev[:])
+// appendLine appends r as the next line of the chain and advances it: the
+// line AppendRecord writes with r's Seq and Prev set to the chain's (r's own
+// are ignored), with seq and prev written straight into dst — no string per
+// line (alloc_test.go holds both to the same bytes).
+func (c *chain) appendLine(dst []byte, r *Record) []byte {
 	start := len(dst)
-	dst = AppendRecord(dst, r)
-	c.seq = r.Seq
+	dst = appendBody(dst, r)
+	dst = append(dst, `,"seq":`...)
+	dst = strconv.AppendUint(dst, c.seq+1, 10)
+	dst = append(dst, `,"prev":"`...)
+	dst = hex.AppendEncode(dst, c.last[:])
+	dst = append(dst, "\"}\n"...)
+	c.seq++
 	c.last = sha256.Sum256(dst[start : len(dst)-1])
 	return dst
 }
