@@ -53,11 +53,13 @@ type Tunnel struct {
 	// it carried; "" for a malformed or oversized ClientHello).
 	OnTLSMismatch func(sni string)
 
-	last     atomic.Int64 // unix nanos of the last byte moved
-	live     atomic.Int32 // directions not yet ended
-	aborted  atomic.Bool  // both sockets closed by abort (or finish)
-	parkID   uint64       // this tunnel's keys in Parker (two: one per direction)
-	onFinish func()
+	last    atomic.Int64 // unix nanos of the last byte moved
+	live    atomic.Int32 // directions not yet ended
+	aborted atomic.Bool  // both sockets closed by abort (or finish)
+	parkID  uint64       // this tunnel's keys in Parker (two: one per direction)
+	// wg, when set, counts the tunnel until it is finished (a pointer, not
+	// a wg.Done closure: one allocation less per tunnel).
+	wg *sync.WaitGroup
 	// budget counts the tunnel's bytes against its execution's egress
 	// budget (budget.go); nil: none.
 	budget *tunnelBudget
@@ -89,7 +91,7 @@ var dirName = [2]string{"up", "down"}
 func (t *Tunnel) Start(wg *sync.WaitGroup) {
 	if wg != nil {
 		wg.Add(1)
-		t.onFinish = wg.Done
+		t.wg = wg
 	}
 	if !t.prepare() {
 		t.live.Store(0)
@@ -209,8 +211,8 @@ func (t *Tunnel) finish() {
 		t.Owner.Close()
 	}
 	t.acc.done() // before onFinish: a shutdown waits for the line
-	if t.onFinish != nil {
-		t.onFinish()
+	if t.wg != nil {
+		t.wg.Done()
 	}
 }
 

@@ -1,0 +1,179 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/netproxy/netproxy/internal/observe"
+)
+
+// What an idle tunnel keeps on the heap (docs/BENCHMARKS.md "KiB per idle
+// CONNECT tunnel"). Every feature a tunnel can carry is on: the access
+// record (a connection_end sink), the TLS-name check (check_tls_name), the
+// parker. Only allocations made by the proxy's own code are counted (the
+// test's client and upstream sockets are not the proxy's).
+
+// idleTunnelBudget is the most heap an idle tunnel may hold, in bytes: its
+// Conn, the upstream socket's net.TCPConn and netFD, the Tunnel, its
+// access record and its flow, with the parker's two map entries.
+const idleTunnelBudget = 1100
+
+var idleTunnelPolicy = strings.Replace(testPolicy, "[network]\n", "[network]\ncheck_tls_name = true\n", 1)
+
+type discardEnds struct{}
+
+func (discardEnds) ConnectionEnd(observe.ConnectionEndEvent) {}
+
+// holdServer accepts connections and keeps them open, sending nothing.
+func holdServer(t *testing.T) (port int, count func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	return ln.Addr().(*net.TCPAddr).Port, func() int { mu.Lock(); defer mu.Unlock(); return len(held) }
+}
+
+// openIdleTunnel opens a CONNECT or SOCKS5 tunnel to up.test:port.
+func openIdleTunnel(t *testing.T, s *stack, kind string, port int) net.Conn {
+	t.Helper()
+	addr := s.httpAddr
+	if kind == "socks5" {
+		addr = s.socksAddr
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if kind == "socks5" {
+		const host = "up.test"
+		msg := []byte{0x05, 0x01, 0x00, 0x05, 0x01, 0x00, 0x03, byte(len(host))}
+		msg = append(msg, host...)
+		msg = append(msg, byte(port>>8), byte(port))
+		c.Write(msg)
+		var rep [12]byte
+		if _, err := io.ReadFull(c, rep[:]); err != nil || rep[3] != 0 {
+			t.Fatalf("SOCKS5 CONNECT: % x %v", rep, err)
+		}
+	} else {
+		fmt.Fprintf(c, "CONNECT up.test:%d HTTP/1.1\r\nHost: up.test:%d\r\n\r\n", port, port)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+	}
+	c.SetDeadline(time.Time{})
+	return c
+}
+
+// proxyInuse sums the in-use heap bytes allocated with the proxy's own
+// (non-test) code on the stack, as of the last completed GC.
+func proxyInuse() int64 {
+	runtime.GC()
+	runtime.GC()
+	var recs []runtime.MemProfileRecord
+	n, _ := runtime.MemProfile(nil, true)
+	for {
+		recs = make([]runtime.MemProfileRecord, n+50)
+		var ok bool
+		if n, ok = runtime.MemProfile(recs, true); ok {
+			recs = recs[:n]
+			break
+		}
+	}
+	var total int64
+	for _, r := range recs {
+		frames := runtime.CallersFrames(r.Stack())
+		for {
+			f, more := frames.Next()
+			if strings.Contains(f.Function, "/internal/proxy.") && !strings.HasSuffix(f.File, "_test.go") {
+				total += r.InUseBytes()
+				break
+			}
+			if !more {
+				break
+			}
+		}
+	}
+	return total
+}
+
+// TestIdleTunnelHeap holds N idle CONNECT and SOCKS5 tunnels, parked, and
+// charges the proxy's heap growth to them. NETPROXY_TUNNEL_HEAP=file
+// writes the heap profile with the tunnels open.
+func TestIdleTunnelHeap(t *testing.T) {
+	const n = 200
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+	runtime.MemProfileRate = 1
+	for _, kind := range []string{"connect", "socks5"} {
+		t.Run(kind, func(t *testing.T) {
+			port, held := holdServer(t)
+			s := newStackWith(t, idleTunnelPolicy, Limits{IdleTimeout: time.Hour}, stackParts{ends: discardEnds{}, maxConns: 2 * n})
+			// Warm lazily made state (pools, the parker's map) first.
+			const warm = 8
+			clients := make([]net.Conn, 0, n+warm)
+			defer func() {
+				for _, c := range clients {
+					c.Close()
+				}
+			}()
+			for i := 0; i < warm; i++ {
+				clients = append(clients, openIdleTunnel(t, s, kind, port))
+			}
+			waitParked(t, s.core.Parker, 2*warm)
+			before := proxyInuse()
+			for i := 0; i < n; i++ {
+				clients = append(clients, openIdleTunnel(t, s, kind, port))
+			}
+			waitParked(t, s.core.Parker, 2*(n+warm))
+			if held() < n+warm {
+				t.Fatalf("%d upstream connections for %d tunnels", held(), n)
+			}
+			per := float64(proxyInuse()-before) / n
+			if path := os.Getenv("NETPROXY_TUNNEL_HEAP"); path != "" {
+				f, err := os.Create(path + "." + kind)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pprof.Lookup("heap").WriteTo(f, 0)
+				f.Close()
+			}
+			t.Logf("%s: %.0f heap bytes per idle tunnel", kind, per)
+			if per > idleTunnelBudget {
+				t.Errorf("%s: an idle tunnel holds %.0f heap bytes, want at most %d", kind, per, idleTunnelBudget)
+			}
+		})
+	}
+}
