@@ -49,9 +49,6 @@ type Tunnel struct {
 	// a TLS ClientHello, must name no host or this one, or the tunnel is
 	// closed before a byte goes upstream (tunnelname.go, SPEC §3.11).
 	TLSName string
-	// OnTLSMismatch reports a tunnel closed by the TLS-name check (the SNI
-	// it carried; "" for a malformed or oversized ClientHello).
-	OnTLSMismatch func(sni string)
 
 	last    atomic.Int64 // unix nanos of the last byte moved
 	live    atomic.Int32 // directions not yet ended
@@ -63,6 +60,9 @@ type Tunnel struct {
 	// budget counts the tunnel's bytes against its execution's egress
 	// budget (budget.go); nil: none.
 	budget *tunnelBudget
+	// sni reports a tunnel closed by the TLS-name check (tunnelname.go);
+	// nil: nothing reports it.
+	sni *sniReport
 	// acc is the tunnel's access record (access.go); nil: none.
 	acc *tunnelAccess
 	// capture, set on a captured connection's tunnel, takes the client's

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"runtime"
 	"runtime/pprof"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/netproxy/netproxy/hostpolicy"
 	"github.com/netproxy/netproxy/internal/observe"
 )
 
@@ -175,5 +177,52 @@ func TestIdleTunnelHeap(t *testing.T) {
 				t.Errorf("%s: an idle tunnel holds %.0f heap bytes, want at most %d", kind, per, idleTunnelBudget)
 			}
 		})
+	}
+}
+
+// TestSNIReportKeepsEveryField: the sni_mismatch decision rebuilt from a
+// tunnel's compact sniReport is the allowed decision's, blocked, whichever field of
+// hostpolicy.Decision is set (a field added later that sniReport neither
+// keeps nor checks fails here).
+func TestSNIReportKeepsEveryField(t *testing.T) {
+	core := &Core{}
+	typ := reflect.TypeOf(hostpolicy.Decision{})
+	for i := 0; i < typ.NumField(); i++ {
+		f := typ.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		d := hostpolicy.Decision{Verdict: hostpolicy.Allow, Host: "up.test", Port: 443, CheckTLSName: true}
+		v := reflect.ValueOf(&d).Elem().Field(i)
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString(v.String() + "x")
+		case reflect.Bool:
+			v.SetBool(true)
+		case reflect.Int, reflect.Int64:
+			v.SetInt(v.Int() + 1)
+		case reflect.Uint16:
+			v.SetUint(v.Uint() + 1)
+		case reflect.Slice:
+			v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		case reflect.Pointer:
+			v.Set(reflect.New(v.Type().Elem()))
+		default:
+			t.Fatalf("Decision.%s: kind %s not covered by this test", f.Name, v.Kind())
+		}
+		if !d.CheckTLSName || d.Intercept {
+			continue // no check: nothing to report
+		}
+		name, r := core.tlsNameCheck(&d)
+		if name != d.Host || r == nil {
+			t.Fatalf("Decision.%s set: tlsNameCheck = %q, %v", f.Name, name, r)
+		}
+		// What the closure over the whole decision reported before.
+		want := d
+		want.Verdict, want.Reason, want.Source = hostpolicy.Deny, hostpolicy.ReasonSNIMismatch, hostpolicy.SourceBaseline
+		want.CheckTLSName = false
+		if got := r.blocked(name); !reflect.DeepEqual(got, want) {
+			t.Errorf("Decision.%s set: reported %+v, want %+v", f.Name, got, want)
+		}
 	}
 }
