@@ -30,7 +30,7 @@ func (t *Tunnel) firstBytes() bool {
 	if t.checkTLSName() {
 		return true
 	}
-	if t.handedOver.Load() {
+	if t.handedOver() {
 		t.dirEnded()
 		t.capture.serveHandedOver()
 		return false
