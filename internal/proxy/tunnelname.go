@@ -118,7 +118,8 @@ func (t *Tunnel) tlsMismatch(name, sni string) {
 // allowed decision's fields that line repeats, not the decision itself
 // (every idle tunnel to a name holds one: 80 bytes instead of a 288-byte
 // Decision and a closure). A decision carrying more than these (a request
-// rule, an approval, a trace, a shadow verdict) is kept whole in full.
+// rule, an approval, a narrower level, a trace, a shadow verdict) is kept
+// whole in full.
 // The tunnel supplies the rest: its host (TLSName), connection (Owner)
 // and protocol.
 type sniReport struct {
@@ -126,7 +127,6 @@ type sniReport struct {
 	pattern string
 	addrs   []netip.Addr
 	cause   hostpolicy.Cause
-	level   string
 	port    uint16
 	full    *hostpolicy.Decision
 }
@@ -137,7 +137,7 @@ func (c *Core) tlsNameCheck(d *hostpolicy.Decision) (string, *sniReport) {
 	if !d.CheckTLSName || d.Intercept {
 		return "", nil
 	}
-	r := &sniReport{core: c, pattern: d.Pattern, addrs: d.Addrs, cause: d.Cause, level: d.Level, port: d.Port}
+	r := &sniReport{core: c, pattern: d.Pattern, addrs: d.Addrs, cause: d.Cause, port: d.Port}
 	if !sniCompact(d) {
 		full := *d
 		r.full = &full
@@ -150,7 +150,7 @@ func (c *Core) tlsNameCheck(d *hostpolicy.Decision) (string, *sniReport) {
 // TestSNIReportKeepsEveryField names each Decision field one way or the
 // other.
 func sniCompact(d *hostpolicy.Decision) bool {
-	return !d.LocalLiteral && d.Rule == 0 && !d.RuleAllowed && d.RuleMessage == "" && len(d.Steps) == 0 &&
+	return d.Level == "" && !d.LocalLiteral && d.Rule == 0 && !d.RuleAllowed && d.RuleMessage == "" && len(d.Steps) == 0 &&
 		d.Shadow == nil && d.ApprovalID == "" && d.ApprovalOutcome == "" && d.Override == "" && d.Rationale == ""
 }
 
@@ -161,7 +161,7 @@ func (r *sniReport) blocked(name string) hostpolicy.Decision {
 	if r.full != nil {
 		d = *r.full
 	} else {
-		d = hostpolicy.Decision{Host: name, Port: r.port, Pattern: r.pattern, Addrs: r.addrs, Cause: r.cause, Level: r.level}
+		d = hostpolicy.Decision{Host: name, Port: r.port, Pattern: r.pattern, Addrs: r.addrs, Cause: r.cause}
 	}
 	d.Verdict, d.Reason, d.Source = hostpolicy.Deny, hostpolicy.ReasonSNIMismatch, hostpolicy.SourceBaseline
 	d.CheckTLSName = false
