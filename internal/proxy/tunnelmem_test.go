@@ -39,7 +39,7 @@ type discardEnds struct{}
 func (discardEnds) ConnectionEnd(observe.ConnectionEndEvent) {}
 
 // holdServer accepts connections and keeps them open, sending nothing.
-func holdServer(t *testing.T) (port int, count func() int) {
+func holdServer(t testing.TB) (port int, count func() int) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -70,7 +70,7 @@ func holdServer(t *testing.T) (port int, count func() int) {
 }
 
 // openIdleTunnel opens a CONNECT or SOCKS5 tunnel to up.test:port.
-func openIdleTunnel(t *testing.T, s *stack, kind string, port int) net.Conn {
+func openIdleTunnel(t testing.TB, s *stack, kind string, port int) net.Conn {
 	t.Helper()
 	addr := s.httpAddr
 	if kind == "socks5" {
@@ -138,51 +138,68 @@ func proxyInuse() int64 {
 // charges the proxy's heap growth to them. NETPROXY_TUNNEL_HEAP=file
 // writes the heap profile with the tunnels open.
 func TestIdleTunnelHeap(t *testing.T) {
-	const n = 200
-	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
-	runtime.MemProfileRate = 1
 	for _, kind := range []string{"connect", "socks5"} {
 		t.Run(kind, func(t *testing.T) {
-			port, held := holdServer(t)
-			s := newStackWith(t, idleTunnelPolicy, Limits{IdleTimeout: time.Hour}, stackParts{ends: discardEnds{}, maxConns: 2 * n})
-			// Warm lazily made state (pools, the parker's map) first.
-			const warm = 8
-			clients := make([]net.Conn, 0, n+warm)
-			defer func() {
-				for _, c := range clients {
-					c.Close()
-				}
-			}()
-			for i := 0; i < warm; i++ {
-				clients = append(clients, openIdleTunnel(t, s, kind, port))
-			}
-			waitParked(t, s.core.Parker, 2*warm)
-			before := proxyInuse()
-			for i := 0; i < n; i++ {
-				clients = append(clients, openIdleTunnel(t, s, kind, port))
-			}
-			waitParked(t, s.core.Parker, 2*(n+warm))
-			for deadline := time.Now().Add(5 * time.Second); held() < n+warm && time.Now().Before(deadline); {
-				time.Sleep(5 * time.Millisecond)
-			}
-			if held() < n+warm {
-				t.Fatalf("%d upstream connections for %d tunnels", held(), n)
-			}
-			per := float64(proxyInuse()-before) / n
-			if path := os.Getenv("NETPROXY_TUNNEL_HEAP"); path != "" {
-				f, err := os.Create(path + "." + kind)
-				if err != nil {
-					t.Fatal(err)
-				}
-				pprof.Lookup("heap").WriteTo(f, 0)
-				f.Close()
-			}
+			per := idleTunnelHeap(t, kind, 200, os.Getenv("NETPROXY_TUNNEL_HEAP"))
 			t.Logf("%s: %.0f heap bytes per idle tunnel", kind, per)
 			if per > idleTunnelBudget {
 				t.Errorf("%s: an idle tunnel holds %.0f heap bytes, want at most %d", kind, per, idleTunnelBudget)
 			}
 		})
 	}
+}
+
+// BenchmarkIdleTunnelHeap reports the heap an idle CONNECT tunnel holds
+// (heapB/tunnel) over 100 tunnels per iteration.
+func BenchmarkIdleTunnelHeap(b *testing.B) {
+	var per float64
+	for i := 0; i < b.N; i++ {
+		per = idleTunnelHeap(b, "connect", 100, "")
+	}
+	b.ReportMetric(per, "heapB/tunnel")
+}
+
+// idleTunnelHeap opens n idle tunnels of kind through a fresh stack with
+// every tunnel feature on and returns the proxy's heap growth per tunnel;
+// profile, when set, names the heap profile to write with them open.
+func idleTunnelHeap(t testing.TB, kind string, n int, profile string) float64 {
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+	runtime.MemProfileRate = 1
+	port, held := holdServer(t)
+	s := newStackWith(t, idleTunnelPolicy, Limits{IdleTimeout: time.Hour}, stackParts{ends: discardEnds{}, maxConns: 2 * n})
+	// Warm lazily made state (pools, the parker's map) first.
+	const warm = 8
+	clients := make([]net.Conn, 0, n+warm)
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	for i := 0; i < warm; i++ {
+		clients = append(clients, openIdleTunnel(t, s, kind, port))
+	}
+	waitParked(t, s.core.Parker, 2*warm)
+	before := proxyInuse()
+	for i := 0; i < n; i++ {
+		clients = append(clients, openIdleTunnel(t, s, kind, port))
+	}
+	waitParked(t, s.core.Parker, 2*(n+warm))
+	for deadline := time.Now().Add(5 * time.Second); held() < n+warm && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if held() < n+warm {
+		t.Fatalf("%d upstream connections for %d tunnels", held(), n+warm)
+	}
+	per := float64(proxyInuse()-before) / float64(n)
+	if profile != "" {
+		f, err := os.Create(profile + "." + kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pprof.Lookup("heap").WriteTo(f, 0)
+		f.Close()
+	}
+	return per
 }
 
 // TestSNIReportKeepsEveryField: the sni_mismatch decision rebuilt from a
