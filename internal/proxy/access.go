@@ -147,14 +147,57 @@ func (w *respWriter) answerCause() endCause {
 
 // tunnelAccess counts a tunnel's bytes and the first reason it ended, and
 // writes its connection_end when it finishes. nil (no sink): nothing.
+//
+// Every idle tunnel holds one, so it is kept small (one 96-byte object):
+// strings are the decision's own (no copy), the start is unix nanos, the
+// protocol and status are small codes.
 type tunnelAccess struct {
-	core   *Core
-	conn   *Conn
-	rec    accessRec
-	status int
-	bytes  [2]atomic.Int64 // dirUp, dirDown
-	cause  atomic.Uint32
-	once   sync.Once
+	core    *Core
+	conn    *Conn
+	host    string
+	method  string
+	started int64           // unix nanos; 0: unknown
+	bytes   [2]atomic.Int64 // dirUp, dirDown
+	cause   atomic.Uint32
+	port    uint16
+	status  uint16 // an upgraded connection's 101; 0 for the others
+	proto   protoCode
+	once    sync.Once
+}
+
+// protoCode is a tunnel's protocol in one byte.
+type protoCode uint8
+
+// protoCodes are the protocols a tunnel can carry, by code.
+var protoCodes = [...]hostpolicy.Protocol{hostpolicy.ProtoHTTP, hostpolicy.ProtoHTTPS, hostpolicy.ProtoSOCKS5}
+
+func codeOf(p hostpolicy.Protocol) protoCode {
+	for i, q := range protoCodes {
+		if q == p {
+			return protoCode(i)
+		}
+	}
+	panic("proxy: a tunnel of unknown protocol " + string(p)) // every caller passes a constant
+}
+
+// newTunnelAccess is the access record of a tunnel of conn to d, started
+// when conn's request arrived.
+func (c *Core) newTunnelAccess(conn *Conn, d *hostpolicy.Decision, proto hostpolicy.Protocol, method string, status int) tunnelAccess {
+	var started int64
+	if !conn.arrived.IsZero() {
+		started = conn.arrived.UnixNano()
+	}
+	return tunnelAccess{core: c, conn: conn, host: d.Host, method: method, started: started,
+		port: d.Port, status: uint16(status), proto: codeOf(proto)}
+}
+
+// rec is what the tunnel's connection_end line says of its target.
+func (a *tunnelAccess) rec() accessRec {
+	r := accessRec{proto: protoCodes[a.proto], host: a.host, port: a.port, method: a.method}
+	if a.started != 0 {
+		r.started = time.Unix(0, a.started)
+	}
+	return r
 }
 
 // tunnelAccess returns the access record of a tunnel of conn to d (nil
@@ -163,7 +206,8 @@ func (c *Core) tunnelAccess(conn *Conn, d *hostpolicy.Decision, proto hostpolicy
 	if c.Ends == nil || conn == nil {
 		return nil
 	}
-	return &tunnelAccess{core: c, conn: conn, rec: recFor(conn, d, proto, method), status: status}
+	a := c.newTunnelAccess(conn, d, proto, method, status)
+	return &a
 }
 
 func (a *tunnelAccess) count(dir int, n int64) {
@@ -201,7 +245,8 @@ func (a *tunnelAccess) done() {
 		if cause == causeNone && a.core.Tracker != nil && a.core.Tracker.Draining() {
 			cause = causeShutdown
 		}
-		a.core.ended(a.conn, &a.rec, a.bytes[dirUp].Load(), a.bytes[dirDown].Load(), a.status, cause)
+		r := a.rec()
+		a.core.ended(a.conn, &r, a.bytes[dirUp].Load(), a.bytes[dirDown].Load(), int(a.status), cause)
 	})
 }
 
@@ -284,7 +329,7 @@ func (c *Core) interceptAccess(conn *Conn, client net.Conn, d *hostpolicy.Decisi
 	if proto == hostpolicy.ProtoHTTPS {
 		method = "CONNECT"
 	}
-	a := &mitmAccess{tunnelAccess: tunnelAccess{core: c, conn: conn, rec: recFor(conn, d, proto, method)}}
+	a := &mitmAccess{tunnelAccess: c.newTunnelAccess(conn, d, proto, method, 0)}
 	a.lastRead.Store(time.Now().UnixNano())
 	if c.MITM != nil {
 		a.idle = c.MITM.Idle

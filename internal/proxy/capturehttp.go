@@ -163,7 +163,7 @@ func (cp *captureConnect) takeOver(t *Tunnel, buf []byte) ([]byte, bool) {
 		return buf, false
 	}
 	p.forget(t.Upstream)
-	t.handedOver.Store(true) // abort and finish leave the client alone now
+	t.flags.Or(stateHandedOver) // abort and finish leave the client alone now
 	if t.Owner != nil {
 		t.Owner.tunnel.CompareAndSwap(t, nil)
 	}

@@ -97,7 +97,7 @@ func (h *HTTPProxy) serveConnect(ctx context.Context, c *Conn, sc *headScanner, 
 		Protocol: hostpolicy.ProtoHTTPS, Meter: h.core.Meter, Owner: c, Parker: h.core.Parker,
 		budget: h.core.tunnelBudget(c),
 	}
-	t.TLSName, t.OnTLSMismatch = h.core.tlsNameCheck(c, d, hostpolicy.ProtoHTTPS, http.MethodConnect)
+	t.TLSName, t.sni = h.core.tlsNameCheck(&d)
 	t.acc = h.core.tunnelAccess(c, &d, hostpolicy.ProtoHTTPS, http.MethodConnect, 0)
 	t.capture = cp.tunnel() // its first client bytes may be plain HTTP
 	// The handler goroutine (with its larger stack) ends here; the tunnel

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -93,6 +94,8 @@ type stackParts struct {
 	creds *credentials.Broker
 	// ends, when set, receives the access records (access.go).
 	ends observe.ConnectionEndSink
+	// maxConns, when set, replaces the tracker's limit of 100 connections.
+	maxConns int
 }
 
 func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackParts) *stack {
@@ -117,7 +120,7 @@ func newStackWith(t testing.TB, policyTOML string, limits Limits, parts stackPar
 	if allowLocal == nil {
 		allowLocal = eng.AllowLocalBinding
 	}
-	s := &stack{tracker: NewTracker(100, nil), registry: attribution.NewRegistry(), engine: eng}
+	s := &stack{tracker: NewTracker(cmp.Or(parts.maxConns, 100), nil), registry: attribution.NewRegistry(), engine: eng}
 	var sink observe.DecisionSink = s
 	if parts.sink != nil {
 		sink = observe.Fanout{s, parts.sink}

@@ -42,13 +42,13 @@ const (
 type flow struct {
 	host     string
 	port     uint16
+	proto    protoCode    // one byte (access.go): every idle tunnel holds a flow
 	addrs    []netip.Addr // the pinned (or dialed) addresses
-	proto    hostpolicy.Protocol
-	upstream net.Conn // a tunnel's upstream socket; nil for plain HTTP and MITM
+	upstream net.Conn     // a tunnel's upstream socket; nil for plain HTTP and MITM
 }
 
 func (f *flow) sameTarget(d *hostpolicy.Decision, proto hostpolicy.Protocol) bool {
-	return f.host == d.Host && f.port == d.Port && f.proto == proto && f.upstream == nil && slices.Equal(f.addrs, d.Addrs)
+	return f.host == d.Host && f.port == d.Port && f.proto == codeOf(proto) && f.upstream == nil && slices.Equal(f.addrs, d.Addrs)
 }
 
 // generation is read by a request before it is decided (see bind).
@@ -64,7 +64,7 @@ func (c *Conn) generation() uint64 {
 // false when a change since gen no longer allows it; c is then closed.
 func (core *Core) bindPlain(c *Conn, d *hostpolicy.Decision, gen uint64) bool {
 	if f := c.flow.Load(); f == nil || !f.sameTarget(d, hostpolicy.ProtoHTTP) {
-		c.flow.Store(&flow{host: d.Host, port: d.Port, addrs: d.Addrs, proto: hostpolicy.ProtoHTTP})
+		c.flow.Store(&flow{host: d.Host, port: d.Port, addrs: d.Addrs, proto: codeOf(hostpolicy.ProtoHTTP)})
 	}
 	return core.settle(c, gen)
 }
@@ -80,7 +80,7 @@ func (core *Core) bindTunnel(c *Conn, d *hostpolicy.Decision, proto hostpolicy.P
 			addrs = []netip.Addr{ta.AddrPort().Addr().Unmap()}
 		}
 	}
-	c.flow.Store(&flow{host: d.Host, port: d.Port, addrs: addrs, proto: proto, upstream: up})
+	c.flow.Store(&flow{host: d.Host, port: d.Port, addrs: addrs, proto: codeOf(proto), upstream: up})
 	return core.settle(c, gen)
 }
 
@@ -136,7 +136,7 @@ func (core *Core) closeFor(c *Conn, reason string) bool {
 	core.Meter.ConnectionClosedByPolicy(reason)
 	ev := observe.ConnectionClosedEvent{Time: time.Now(), Reason: reason, Client: c.clientAddr()}
 	if f != nil {
-		ev.Protocol, ev.Host, ev.Port = f.proto, f.host, f.port
+		ev.Protocol, ev.Host, ev.Port = protoCodes[f.proto], f.host, f.port
 	}
 	if c.Attributed {
 		ev.ExecutionID, ev.SessionID, ev.EnvironmentID = c.Exec.ID, c.Exec.SessionID, c.Exec.EnvironmentID

@@ -139,7 +139,7 @@ func register(t testing.TB, tr *Tracker, ln net.Listener, host string, exec stri
 	tr.acquire()
 	tr.add(c)
 	if host != "" {
-		c.flow.Store(&flow{host: host, port: 443, addrs: []netip.Addr{netip.MustParseAddr("93.184.216.34")}, proto: hostpolicy.ProtoHTTPS})
+		c.flow.Store(&flow{host: host, port: 443, addrs: []netip.Addr{netip.MustParseAddr("93.184.216.34")}, proto: codeOf(hostpolicy.ProtoHTTPS)})
 	}
 	return c
 }
@@ -262,7 +262,7 @@ func BenchmarkReloadRecheck10kTunnels(b *testing.B) {
 		core := &Core{Tracker: tr, Pipeline: eng}
 		for j := 0; j < tunnels; j++ {
 			register(b, tr, ln, "", "").flow.Store(&flow{host: fmt.Sprintf("t%05d.example", j), port: 443,
-				addrs: []netip.Addr{netip.MustParseAddr("93.184.216.34")}, proto: hostpolicy.ProtoHTTPS})
+				addrs: []netip.Addr{netip.MustParseAddr("93.184.216.34")}, proto: codeOf(hostpolicy.ProtoHTTPS)})
 		}
 		b.StartTimer()
 		start := time.Now()
@@ -366,7 +366,7 @@ func TestRecheckWhileServing(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	for _, c := range s.tracker.begin() {
 		if f := c.flow.Load(); f != nil && f.host == "up.test" && !c.closed.Load() {
-			t.Errorf("a connection to the denied up.test is still open (%s)", f.proto)
+			t.Errorf("a connection to the denied up.test is still open (%s)", protoCodes[f.proto])
 		}
 	}
 	close(stop)

@@ -188,7 +188,7 @@ func (s *SOCKSProxy) ServeConn(ctx context.Context, c *Conn) {
 		sc.muted.Store(true)
 		sc.kept.Store(true)
 		tunnel = &Tunnel{Client: c.TCPConn, Upstream: up, Idle: s.limits.IdleTimeout, Protocol: hostpolicy.ProtoSOCKS5, Meter: s.core.Meter, Owner: c, Parker: s.core.Parker, budget: s.core.tunnelBudget(c)}
-		tunnel.TLSName, tunnel.OnTLSMismatch = s.core.tlsNameCheck(c, decision, hostpolicy.ProtoSOCKS5, "")
+		tunnel.TLSName, tunnel.sni = s.core.tlsNameCheck(&decision)
 		tunnel.acc = s.core.tunnelAccess(c, &decision, hostpolicy.ProtoSOCKS5, "", 0)
 		return nil, errTunnelDone
 	}

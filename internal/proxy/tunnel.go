@@ -49,26 +49,40 @@ type Tunnel struct {
 	// a TLS ClientHello, must name no host or this one, or the tunnel is
 	// closed before a byte goes upstream (tunnelname.go, SPEC §3.11).
 	TLSName string
-	// OnTLSMismatch reports a tunnel closed by the TLS-name check (the SNI
-	// it carried; "" for a malformed or oversized ClientHello).
-	OnTLSMismatch func(sni string)
 
-	last     atomic.Int64 // unix nanos of the last byte moved
-	live     atomic.Int32 // directions not yet ended
-	aborted  atomic.Bool  // both sockets closed by abort (or finish)
-	parkID   uint64       // this tunnel's keys in Parker (two: one per direction)
-	onFinish func()
+	last atomic.Int64 // unix nanos of the last byte moved
+	live atomic.Int32 // directions not yet ended
+	// flags are stateAborted and stateHandedOver, in one word: the Tunnel
+	// stays in a smaller size class (every idle tunnel holds one).
+	flags  atomic.Uint32
+	parkID uint64 // this tunnel's keys in Parker (two: one per direction)
+	// wg, when set, counts the tunnel until it is finished (a pointer, not
+	// a wg.Done closure: one allocation less per tunnel).
+	wg *sync.WaitGroup
 	// budget counts the tunnel's bytes against its execution's egress
 	// budget (budget.go); nil: none.
 	budget *tunnelBudget
+	// sni reports a tunnel closed by the TLS-name check (tunnelname.go);
+	// nil: nothing reports it.
+	sni *sniReport
 	// acc is the tunnel's access record (access.go); nil: none.
 	acc *tunnelAccess
 	// capture, set on a captured connection's tunnel, takes the client's
-	// connection over when its first bytes are plain HTTP (capturehttp.go);
-	// handedOver is then set, and the tunnel ends without closing it.
-	capture    *captureConnect
-	handedOver atomic.Bool
+	// connection over when its first bytes are plain HTTP (capturehttp.go).
+	capture *captureConnect
 }
+
+// Tunnel.flags.
+const (
+	// stateAborted: both sockets closed by abort (or finish).
+	stateAborted = 1 << iota
+	// stateHandedOver: a captured connection's plain HTTP took the client
+	// over (capturehttp.go); the tunnel then ends without closing it.
+	stateHandedOver
+)
+
+func (t *Tunnel) aborted() bool    { return t.flags.Load()&stateAborted != 0 }
+func (t *Tunnel) handedOver() bool { return t.flags.Load()&stateHandedOver != 0 }
 
 // The two directions. up: client → upstream; down: upstream → client.
 const (
@@ -89,7 +103,7 @@ var dirName = [2]string{"up", "down"}
 func (t *Tunnel) Start(wg *sync.WaitGroup) {
 	if wg != nil {
 		wg.Add(1)
-		t.onFinish = wg.Done
+		t.wg = wg
 	}
 	if !t.prepare() {
 		t.live.Store(0)
@@ -172,10 +186,10 @@ func (t *Tunnel) nextDeadline() (time.Time, bool) {
 // abort closes both sockets and ends the directions that are parked (a
 // direction on its goroutine sees the closed socket and ends itself).
 func (t *Tunnel) abort() {
-	if !t.aborted.CompareAndSwap(false, true) {
+	if t.flags.Or(stateAborted)&stateAborted != 0 {
 		return
 	}
-	if !t.handedOver.Load() {
+	if !t.handedOver() {
 		t.Client.Close()
 	}
 	t.Upstream.Close()
@@ -190,7 +204,7 @@ func (t *Tunnel) abort() {
 
 // dirEnded counts a direction out; the last one finishes the tunnel.
 func (t *Tunnel) dirEnded() {
-	if t.HalfCloseGrace > 0 && !t.aborted.Load() {
+	if t.HalfCloseGrace > 0 && !t.aborted() {
 		time.AfterFunc(t.HalfCloseGrace, t.abort)
 	}
 	if t.live.Add(-1) == 0 {
@@ -200,17 +214,17 @@ func (t *Tunnel) dirEnded() {
 
 // finish closes both sockets and the owner, once both directions ended.
 func (t *Tunnel) finish() {
-	t.aborted.Store(true)
-	if !t.handedOver.Load() {
+	t.flags.Or(stateAborted)
+	if !t.handedOver() {
 		t.Client.Close()
 	}
 	t.Upstream.Close()
-	if t.Owner != nil && !t.handedOver.Load() {
+	if t.Owner != nil && !t.handedOver() {
 		t.Owner.Close()
 	}
 	t.acc.done() // before onFinish: a shutdown waits for the line
-	if t.onFinish != nil {
-		t.onFinish()
+	if t.wg != nil {
+		t.wg.Done()
 	}
 }
 

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/netip"
 	"time"
 
 	"github.com/netproxy/netproxy/hostpolicy"
@@ -29,7 +30,7 @@ func (t *Tunnel) firstBytes() bool {
 	if t.checkTLSName() {
 		return true
 	}
-	if t.handedOver.Load() {
+	if t.handedOver() {
 		t.dirEnded()
 		t.capture.serveHandedOver()
 		return false
@@ -70,13 +71,13 @@ func (t *Tunnel) checkTLSName() bool {
 					break // a captured tunnel without the name check
 				}
 				if got, err := hostname.Normalize(n); err != nil || got != name {
-					t.tlsMismatch(n)
+					t.tlsMismatch(name, n)
 					return false
 				}
 			}
 			return t.forwardPeeked(buf)
 		case helloMalformed:
-			t.tlsMismatch("")
+			t.tlsMismatch(name, "")
 			return false
 		}
 		if len(buf) == cap(buf) {
@@ -106,26 +107,78 @@ func (t *Tunnel) forwardPeeked(buf []byte) bool {
 	return err == nil
 }
 
-func (t *Tunnel) tlsMismatch(sni string) {
-	if t.OnTLSMismatch != nil {
-		t.OnTLSMismatch(sni)
+func (t *Tunnel) tlsMismatch(name, sni string) {
+	if t.sni != nil {
+		t.sni.report(t, name, sni)
 	}
 }
 
+// sniReport is what a tunnel with the TLS-name check keeps for the report
+// of a mismatch (an sni_mismatch decision, audited and counted): the
+// allowed decision's fields that line repeats, not the decision itself
+// (every idle tunnel to a name holds one: 80 bytes instead of a 288-byte
+// Decision and a closure). A decision carrying more than these (a request
+// rule, an approval, a narrower level, a trace, a shadow verdict) is kept
+// whole in full.
+// The tunnel supplies the rest: its host (TLSName), connection (Owner)
+// and protocol.
+type sniReport struct {
+	core    *Core
+	pattern string
+	addrs   []netip.Addr
+	cause   hostpolicy.Cause
+	port    uint16
+	full    *hostpolicy.Decision
+}
+
 // tlsNameCheck returns what a tunnel of d needs for the TLS-name check:
-// the name and the report of a mismatch (audited and counted as a
-// sni_mismatch decision); "" when d needs none.
-func (c *Core) tlsNameCheck(conn *Conn, d hostpolicy.Decision, proto hostpolicy.Protocol, method string) (string, func(string)) {
+// the name and the report of a mismatch; "" and nil when d needs none.
+func (c *Core) tlsNameCheck(d *hostpolicy.Decision) (string, *sniReport) {
 	if !d.CheckTLSName || d.Intercept {
 		return "", nil
 	}
-	return d.Host, func(sni string) {
-		bd := d
-		bd.Verdict, bd.Reason, bd.Source = hostpolicy.Deny, hostpolicy.ReasonSNIMismatch, hostpolicy.SourceBaseline
-		bd.CheckTLSName = false
-		c.logger().Info("tunnel closed: TLS name is not the tunnel's", "host", d.Host, "port", int(d.Port), "sni", sni)
-		if c.Sink != nil {
-			c.Sink.ObserveDecision(observe.DecisionEvent{Time: time.Now(), Request: c.request(conn, d.Host, d.Port, proto, method), Decision: bd})
+	r := &sniReport{core: c, pattern: d.Pattern, addrs: d.Addrs, cause: d.Cause, port: d.Port}
+	if !sniCompact(d) {
+		full := *d
+		r.full = &full
+	}
+	return d.Host, r
+}
+
+// sniCompact: every field of d that sniReport does not keep is empty (or
+// one the report sets itself), so the decision can be rebuilt from it.
+// TestSNIReportKeepsEveryField names each Decision field one way or the
+// other.
+func sniCompact(d *hostpolicy.Decision) bool {
+	return d.Level == "" && !d.LocalLiteral && d.Rule == 0 && !d.RuleAllowed && d.RuleMessage == "" && len(d.Steps) == 0 &&
+		d.Shadow == nil && d.ApprovalID == "" && d.ApprovalOutcome == "" && d.Override == "" && d.Rationale == ""
+}
+
+// blocked is the sni_mismatch decision of a tunnel to name: its allowed
+// decision, rebuilt, turned into the block.
+func (r *sniReport) blocked(name string) hostpolicy.Decision {
+	var d hostpolicy.Decision
+	if r.full != nil {
+		d = *r.full
+	} else {
+		d = hostpolicy.Decision{Host: name, Port: r.port, Pattern: r.pattern, Addrs: r.addrs, Cause: r.cause}
+	}
+	d.Verdict, d.Reason, d.Source = hostpolicy.Deny, hostpolicy.ReasonSNIMismatch, hostpolicy.SourceBaseline
+	d.CheckTLSName = false
+	return d
+}
+
+// report logs, audits and counts tunnel t to name closed for the TLS name
+// sni it carried ("" for a malformed or oversized ClientHello).
+func (r *sniReport) report(t *Tunnel, name, sni string) {
+	c := r.core
+	bd := r.blocked(name)
+	c.logger().Info("tunnel closed: TLS name is not the tunnel's", "host", name, "port", int(r.port), "sni", sni)
+	if c.Sink != nil {
+		method := ""
+		if t.Protocol == hostpolicy.ProtoHTTPS {
+			method = "CONNECT" // a CONNECT tunnel's; a SOCKS5 request has none
 		}
+		c.Sink.ObserveDecision(observe.DecisionEvent{Time: time.Now(), Request: c.request(t.Owner, name, r.port, t.Protocol, method), Decision: bd})
 	}
 }

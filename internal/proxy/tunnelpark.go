@@ -33,15 +33,12 @@ type Parker struct {
 	file *os.File // the epoll instance, non-blocking, in the runtime's poller
 	raw  syscall.RawConn
 
-	mu     sync.Mutex
-	parked map[uint64]parkedDir
+	mu sync.Mutex
+	// parked maps a parked direction's key (Tunnel.parkID | dir) to its
+	// tunnel: the key's low bit is the direction.
+	parked map[uint64]*Tunnel
 	nextID uint64
 	done   chan struct{}
-}
-
-type parkedDir struct {
-	t   *Tunnel
-	dir int
 }
 
 // DefaultParkAfter is how long a tunnel direction stays on its goroutine
@@ -68,7 +65,7 @@ func NewParker() (*Parker, error) {
 		f.Close()
 		return nil, err
 	}
-	p := &Parker{After: DefaultParkAfter, file: f, raw: raw, parked: make(map[uint64]parkedDir), done: make(chan struct{})}
+	p := &Parker{After: DefaultParkAfter, file: f, raw: raw, parked: make(map[uint64]*Tunnel), done: make(chan struct{})}
 	go p.run()
 	return p, nil
 }
@@ -102,12 +99,12 @@ func (p *Parker) id() uint64 {
 func (p *Parker) park(t *Tunnel, dir int, src *net.TCPConn) {
 	key := t.parkID | uint64(dir)
 	p.mu.Lock()
-	p.parked[key] = parkedDir{t: t, dir: dir}
+	p.parked[key] = t
 	p.mu.Unlock()
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT,
 		Fd: int32(uint32(key)), Pad: int32(uint32(key >> 32))}
 	err := p.ctl(unix.EPOLL_CTL_ADD, src, &ev)
-	if err != nil || t.aborted.Load() {
+	if err != nil || t.aborted() {
 		// Closed meanwhile: whoever takes the entry ends the direction.
 		if p.take(key) {
 			t.dirEnded()
@@ -199,11 +196,11 @@ func (p *Parker) run() {
 		for _, ev := range events[:n] {
 			key := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
 			p.mu.Lock()
-			pd, ok := p.parked[key]
+			t, ok := p.parked[key]
 			delete(p.parked, key)
 			p.mu.Unlock()
 			if ok {
-				go pd.t.resume(pd.dir)
+				go t.resume(int(key & 1))
 			}
 		}
 	}
@@ -216,8 +213,7 @@ func (p *Parker) sweep() {
 	now := time.Now().UnixNano()
 	var idle []*Tunnel
 	p.mu.Lock()
-	for _, pd := range p.parked {
-		t := pd.t
+	for _, t := range p.parked {
 		if t.Idle > 0 && now-t.last.Load() >= int64(t.Idle) {
 			idle = append(idle, t)
 		}

@@ -65,7 +65,7 @@ func newTestParker(t *testing.T, after time.Duration) *Parker {
 	return p
 }
 
-func waitParked(t *testing.T, p *Parker, n int) {
+func waitParked(t testing.TB, p *Parker, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for p.Parked() != n {
