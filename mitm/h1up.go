@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,6 +33,12 @@ type h1Upstream struct {
 	raw  syscall.RawConn // the TCP socket under conn (nil: not a socket)
 	used bool            // the connection carried an exchange (a failure may be a stale close)
 	stop func() bool
+	// peek is the socket probe handed to raw.Read, made once per
+	// connection so that a probe per response allocates nothing;
+	// readable is its answer.
+	peek     func(fd uintptr) bool
+	readable bool
+	peekBuf  [1]byte
 }
 
 // h1Eligible reports whether req goes over the tunnel's own connection.
@@ -69,6 +76,9 @@ func (u *h1Upstream) dial(ctx context.Context) error {
 	if sc, ok := raw.(syscall.Conn); ok {
 		u.raw, _ = sc.SyscallConn()
 	}
+	if u.peek == nil {
+		u.peek = u.peekSocket
+	}
 	u.br = bulkReaders.Get().(*bufio.Reader)
 	u.br.Reset(tc)
 	u.bw = headWriters.Get().(*bufio.Writer)
@@ -101,7 +111,7 @@ func (e errBeforeResponse) Unwrap() error { return e.error }
 // to on1xx as they come. A kept connection that fails before any byte of
 // an answer (the upstream closed it while idle) is replaced once: every
 // request on this path is idempotent and body-less, as net/http retries.
-func (u *h1Upstream) roundTrip(ctx context.Context, req *http.Request, on1xx func(int, http.Header)) (*http.Response, error) {
+func (u *h1Upstream) roundTrip(ctx context.Context, req *http.Request, on1xx *interim) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		if u.conn == nil {
 			if err := u.dial(ctx); err != nil {
@@ -121,7 +131,7 @@ func (u *h1Upstream) roundTrip(ctx context.Context, req *http.Request, on1xx fun
 	}
 }
 
-func (u *h1Upstream) exchange(req *http.Request, on1xx func(int, http.Header)) (*http.Response, error) {
+func (u *h1Upstream) exchange(req *http.Request, on1xx *interim) (*http.Response, error) {
 	if err := req.Write(u.bw); err != nil {
 		return nil, errBeforeResponse{err}
 	}
@@ -140,7 +150,7 @@ func (u *h1Upstream) exchange(req *http.Request, on1xx func(int, http.Header)) (
 		case resp.StatusCode == http.StatusSwitchingProtocols:
 			return nil, errors.New("mitm: upstream switched protocols without an upgrade request")
 		case resp.StatusCode >= 100 && resp.StatusCode < 200:
-			on1xx(resp.StatusCode, resp.Header)
+			on1xx.relay(resp.StatusCode, resp.Header)
 			continue
 		}
 		u.used = true
@@ -159,7 +169,12 @@ func (u *h1Upstream) ready() bool {
 	if u.br.Buffered() > 0 {
 		return true
 	}
-	return u.raw != nil && socketReadable(u.raw)
+	if u.raw == nil {
+		return false
+	}
+	u.readable = false
+	u.raw.Read(u.peek)
+	return u.readable
 }
 
 // h1Body keeps the connection after a body read to its end, and drops it
@@ -193,14 +208,12 @@ func (b *h1Body) Close() error {
 	return nil
 }
 
-// socketReadable peeks at the socket without blocking.
-func socketReadable(rc syscall.RawConn) bool {
-	var buf [1]byte
-	readable := false
-	rc.Read(func(fd uintptr) bool {
-		n, _, err := unix.Recvfrom(int(fd), buf[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		readable = err == nil && n > 0
-		return true // never wait
-	})
-	return readable
+// peekSocket peeks at the socket without blocking (raw.Read's callback:
+// it never asks to wait). A bare recvfrom: unix.Recvfrom would allocate
+// the sender's address it does not need.
+func (u *h1Upstream) peekSocket(fd uintptr) bool {
+	n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&u.peekBuf[0])), 1,
+		unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	u.readable = errno == 0 && n > 0
+	return true
 }
