@@ -132,7 +132,7 @@ func (u *h1Upstream) roundTrip(ctx context.Context, req *http.Request, on1xx *in
 }
 
 func (u *h1Upstream) exchange(req *http.Request, on1xx *interim) (*http.Response, error) {
-	if err := req.Write(u.bw); err != nil {
+	if err := writeRequestHead(u.bw, req); err != nil {
 		return nil, errBeforeResponse{err}
 	}
 	if err := u.bw.Flush(); err != nil {

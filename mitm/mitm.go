@@ -563,9 +563,7 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	closeAfter := clientClose || resp.Close
 	resp.Request = req
 	resp.Close = closeAfter
-	// Without bufio.Writer's ReadFrom, which would read the body into its
-	// own buffer, which the flush before each read empties.
-	err = resp.Write(writeOnly{bw})
+	err = writeAnswer(bw, resp)
 	if err == nil {
 		err = bw.Flush()
 	}
