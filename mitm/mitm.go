@@ -558,7 +558,10 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	// The head goes out at once and each part of the body as it arrives
 	// (a slow Content-Length body too): what was written is flushed
 	// before every read of the upstream's body.
-	cr := &flushBeforeRead{countingReader: countingReader{r: resp.Body}, bw: bw, up: ready}
+	cr := &flushBeforeRead{countingReader: countingReader{r: resp.Body}, bw: bw, up: ready, length: -1}
+	if ready != nil {
+		cr.length = resp.ContentLength
+	}
 	resp.Body = cr
 	closeAfter := clientClose || resp.Close
 	resp.Request = req
@@ -850,15 +853,18 @@ func removeHopByHop(h http.Header) {
 // flushBeforeRead flushes the client's writer before each body read.
 // With up set (the answer comes over the tunnel's own connection), a read
 // that will not wait skips the flush (the head and a buffered body leave
-// together).
+// together): one with bytes buffered or queued on the socket, or the read
+// of a body whose announced length has all been read (it only reports the
+// end; the caller flushes after it).
 type flushBeforeRead struct {
 	countingReader
-	bw *bufio.Writer
-	up *h1Upstream
+	bw     *bufio.Writer
+	up     *h1Upstream
+	length int64 // the body's announced length with up set; -1 otherwise
 }
 
 func (f *flushBeforeRead) Read(p []byte) (int, error) {
-	if f.bw.Buffered() > 0 && (f.up == nil || !f.up.ready()) {
+	if f.bw.Buffered() > 0 && (f.up == nil || !(f.length >= 0 && f.n >= f.length) && !f.up.ready()) {
 		if err := f.bw.Flush(); err != nil {
 			return 0, err
 		}
