@@ -161,9 +161,8 @@ func writeAnswer(bw *bufio.Writer, resp *http.Response) error {
 	if resp.Close {
 		bw.WriteString("Connection: close\r\n")
 	}
-	var num [20]byte
 	bw.WriteString("Content-Length: ")
-	bw.Write(strconv.AppendInt(num[:0], resp.ContentLength, 10))
+	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), resp.ContentLength, 10))
 	bw.WriteString("\r\n")
 	if err := resp.Header.WriteSubset(bw, respExcludeHeader); err != nil {
 		return err

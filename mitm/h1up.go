@@ -39,6 +39,11 @@ type h1Upstream struct {
 	peek     func(fd uintptr) bool
 	readable bool
 	peekBuf  [1]byte
+	// body and answer wrap the one response in flight (an exchange ends
+	// before the next begins, on the tunnel's goroutine): reused rather
+	// than allocated per response.
+	body   h1Body
+	answer flushBeforeRead
 }
 
 // h1Eligible reports whether req goes over the tunnel's own connection.
@@ -154,7 +159,8 @@ func (u *h1Upstream) exchange(req *http.Request, on1xx *interim) (*http.Response
 			continue
 		}
 		u.used = true
-		resp.Body = &h1Body{rc: resp.Body, u: u, keep: !resp.Close}
+		u.body = h1Body{rc: resp.Body, u: u, keep: !resp.Close}
+		resp.Body = &u.body
 		return resp, nil
 	}
 }

@@ -558,9 +558,12 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	// The head goes out at once and each part of the body as it arrives
 	// (a slow Content-Length body too): what was written is flushed
 	// before every read of the upstream's body.
-	cr := &flushBeforeRead{countingReader: countingReader{r: resp.Body}, bw: bw, up: ready, length: -1}
+	var cr *flushBeforeRead
 	if ready != nil {
-		cr.length = resp.ContentLength
+		cr = &ready.answer
+		*cr = flushBeforeRead{countingReader: countingReader{r: resp.Body}, bw: bw, up: ready, length: resp.ContentLength}
+	} else {
+		cr = &flushBeforeRead{countingReader: countingReader{r: resp.Body}, bw: bw, length: -1}
 	}
 	resp.Body = cr
 	closeAfter := clientClose || resp.Close
