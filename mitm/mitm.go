@@ -718,7 +718,10 @@ func (i *Interceptor) serveStream(t *Tunnel, tr *http.Transport, w http.Response
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
 	rc.Flush() // the client sees the head now (a stream may send nothing yet)
-	buf := make([]byte, 32<<10)
+	// The copy buffer is pooled, not one per stream.
+	bp := copyBuffers.Get().(*[32 << 10]byte)
+	defer copyBuffers.Put(bp)
+	buf := bp[:]
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
