@@ -28,8 +28,9 @@ type h1Upstream struct {
 	i    *Interceptor
 	t    *Tunnel
 	conn *tls.Conn
+	// br is held only while an exchange is in flight (or bytes wait in
+	// it): a kept connection between requests holds no 64 KiB buffer.
 	br   *bufio.Reader
-	bw   *bufio.Writer
 	raw  syscall.RawConn // the TCP socket under conn (nil: not a socket)
 	used bool            // the connection carried an exchange (a failure may be a stale close)
 	stop func() bool
@@ -84,10 +85,6 @@ func (u *h1Upstream) dial(ctx context.Context) error {
 	if u.peek == nil {
 		u.peek = u.peekSocket
 	}
-	u.br = bulkReaders.Get().(*bufio.Reader)
-	u.br.Reset(tc)
-	u.bw = headWriters.Get().(*bufio.Writer)
-	u.bw.Reset(tc)
 	// The tunnel's end (ctx) cuts a read in progress.
 	u.stop = context.AfterFunc(ctx, func() { tc.Close() })
 	return nil
@@ -100,11 +97,19 @@ func (u *h1Upstream) close() {
 	}
 	u.stop()
 	u.conn.Close()
+	u.release()
+	u.conn = nil
+}
+
+// release returns the read buffer to the pool (it holds no bytes, or the
+// connection is being dropped).
+func (u *h1Upstream) release() {
+	if u.br == nil {
+		return
+	}
 	u.br.Reset(nil)
 	bulkReaders.Put(u.br)
-	u.bw.Reset(nil)
-	headWriters.Put(u.bw)
-	u.conn, u.br, u.bw = nil, nil, nil
+	u.br = nil
 }
 
 // errBeforeResponse marks a failure before any response byte.
@@ -137,11 +142,21 @@ func (u *h1Upstream) roundTrip(ctx context.Context, req *http.Request, on1xx *in
 }
 
 func (u *h1Upstream) exchange(req *http.Request, on1xx *interim) (*http.Response, error) {
-	if err := writeRequestHead(u.bw, req); err != nil {
+	// The head writer is held only while the head is written.
+	bw := headWriters.Get().(*bufio.Writer)
+	bw.Reset(u.conn)
+	err := writeRequestHead(bw, req)
+	if err == nil {
+		err = bw.Flush()
+	}
+	bw.Reset(nil)
+	headWriters.Put(bw)
+	if err != nil {
 		return nil, errBeforeResponse{err}
 	}
-	if err := u.bw.Flush(); err != nil {
-		return nil, errBeforeResponse{err}
+	if u.br == nil {
+		u.br = bulkReaders.Get().(*bufio.Reader)
+		u.br.Reset(u.conn)
 	}
 	for {
 		if _, err := u.br.Peek(1); err != nil {
@@ -207,10 +222,19 @@ func (b *h1Body) Close() error {
 	}
 	b.done = true
 	if !b.keep || !b.eof || b.u.br.Buffered() > 0 {
-		// Closed first: net/http's Close would drain an unread body.
+		// Dropped. The socket is closed first: net/http's Close drains an
+		// unread body, which then ends at once. The read buffer goes back
+		// to the pool only after that drain (it reads through it).
+		if b.u.conn != nil {
+			b.u.conn.Close()
+		}
+		b.rc.Close()
 		b.u.close()
+		return nil
 	}
 	b.rc.Close()
+	// Kept: the connection waits for the next request without a buffer.
+	b.u.release()
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // interceptAllocsPerRequest bounds netproxy's allocations per intercepted
@@ -85,4 +86,49 @@ func TestInterceptKeepAliveAllocations(t *testing.T) {
 		t.Errorf("netproxy allocated %.1f times per intercepted keep-alive request, above %d: a per-request copy came back on the path (profile BenchmarkCredentialHTTPS/intercepted-h1/requests)", per, interceptAllocsPerRequest)
 	}
 	assertNoSecret(t, f.p, credSecret)
+}
+
+// TestInterceptClientGoneMidBody: a client that leaves in the middle of an
+// intercepted HTTP/1.1 answer (a download it no longer wants) ends that
+// tunnel only; netproxy goes on serving. (The tunnel's own upstream
+// connection used to hand its read buffer back before net/http's body
+// close drained it: a nil reader, and the process died.)
+func TestInterceptClientGoneMidBody(t *testing.T) {
+	f := startCredFixture(t)
+	a := f.register(t)
+	ph := a.placeholder(t, "openai")
+	for i := 0; i < 3; i++ {
+		c := f.client(a.Token, false)
+		req, _ := http.NewRequest("GET", fmt.Sprintf("https://api.cred.test:%d/stream", f.up.Port), nil)
+		req.Header.Set("Authorization", "Bearer "+ph)
+		resp, err := c.Do(req)
+		if err != nil {
+			time.Sleep(300 * time.Millisecond) // a dying process is seen to exit
+			if f.p.Exited() {
+				t.Fatalf("netproxy exited after a client left mid-answer:\n%s", f.p.Output.String())
+			}
+			t.Fatalf("GET /stream: %v", err)
+		}
+		if _, err := io.ReadFull(resp.Body, make([]byte, 256<<10)); err != nil {
+			t.Fatalf("GET /stream: %v", err)
+		}
+		resp.Body.Close() // leaves with most of 100 MiB unread
+		c.CloseIdleConnections()
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		c := f.client(a.Token, false)
+		defer c.CloseIdleConnections()
+		req, _ := http.NewRequest("GET", fmt.Sprintf("https://api.cred.test:%d/after", f.up.Port), nil)
+		req.Header.Set("Authorization", "Bearer "+ph)
+		resp, err := c.Do(req)
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == 200 && string(b) == "GET /after proto=HTTP/1.1"
+	}, "a request after clients left mid-answer")
+	if f.p.Exited() {
+		t.Fatalf("netproxy exited after a client left mid-answer:\n%s", f.p.Output.String())
+	}
 }
