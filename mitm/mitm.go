@@ -239,7 +239,9 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 	maxBytes, maxLines, headTimeout := i.limits()
 	lim := &headLimit{r: tc, maxBytes: maxBytes, maxLines: maxLines}
 	br := bufio.NewReader(lim)
-	bw := bufio.NewWriter(tc)
+	// A refused head's answer is written through a writer made then: an
+	// idle tunnel holds none (answers use the pooled one below).
+	refuse := func(resp *http.Response) { writeResponse(bufio.NewWriter(tc), nil, resp, true) }
 	up := &h1Upstream{i: i, t: t}
 	defer up.close()
 	for {
@@ -272,13 +274,13 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, io.ErrUnexpectedEOF):
 				return nil
 			case errors.Is(err, errHeadTooLarge):
-				writeResponse(bw, nil, TextResponse(nil, http.StatusRequestHeaderFieldsTooLarge, "request header too large\n"), true)
+				refuse(TextResponse(nil, http.StatusRequestHeaderFieldsTooLarge, "request header too large\n"))
 			default:
 				var ne net.Error
 				if !errors.As(err, &ne) {
 					// RFC 9112: a malformed head (e.g. "Transfer-Encoding :")
 					// is answered 400, never forwarded.
-					writeResponse(bw, nil, TextResponse(nil, http.StatusBadRequest, "malformed request\n"), true)
+					refuse(TextResponse(nil, http.StatusBadRequest, "malformed request\n"))
 				}
 			}
 			var ne net.Error
@@ -295,7 +297,7 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 		tc.SetReadDeadline(time.Time{})
 		// Answers go out through a pooled 64 KiB writer held only for the
 		// exchange: a bulk body leaves in four-record writes, and an idle
-		// tunnel keeps only its 4 KiB one.
+		// tunnel keeps no writer.
 		obw := bulkWriters.Get().(*bufio.Writer)
 		obw.Reset(tc)
 		keep, err := i.serveOne(ctx, t, tr, up, tc, br, obw, req)
