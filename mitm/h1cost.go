@@ -71,19 +71,24 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request) error {
 	bw.WriteString(req.Method)
 	bw.WriteByte(' ')
 	bw.WriteString(ruri)
-	bw.WriteString(" HTTP/1.1\r\nHost: ")
-	bw.WriteString(host)
-	bw.WriteString("\r\n")
+	bw.WriteString(" HTTP/1.1\r\n")
+	writeField(bw, "Host", host)
 	if ua != "" {
-		bw.WriteString("User-Agent: ")
-		bw.WriteString(ua)
-		bw.WriteString("\r\n")
+		writeField(bw, "User-Agent", ua)
 	}
 	if err := req.Header.WriteSubset(bw, reqExcludeHeader); err != nil {
 		return err
 	}
 	_, err := bw.WriteString("\r\n")
 	return err
+}
+
+// writeField writes one "name: value" line.
+func writeField(bw *bufio.Writer, name, value string) {
+	bw.WriteString(name)
+	bw.WriteString(": ")
+	bw.WriteString(value)
+	bw.WriteString("\r\n")
 }
 
 // plainRequestHead reports whether writeRequestHead may write req itself,
