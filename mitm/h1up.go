@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,11 +28,23 @@ type h1Upstream struct {
 	i    *Interceptor
 	t    *Tunnel
 	conn *tls.Conn
+	// br is held only while an exchange is in flight (or bytes wait in
+	// it): a kept connection between requests holds no 64 KiB buffer.
 	br   *bufio.Reader
-	bw   *bufio.Writer
 	raw  syscall.RawConn // the TCP socket under conn (nil: not a socket)
 	used bool            // the connection carried an exchange (a failure may be a stale close)
 	stop func() bool
+	// peek is the socket probe handed to raw.Read, made once per
+	// connection so that a probe per response allocates nothing;
+	// readable is its answer.
+	peek     func(fd uintptr) bool
+	readable bool
+	peekBuf  [1]byte
+	// body and answer wrap the one response in flight (an exchange ends
+	// before the next begins, on the tunnel's goroutine): reused rather
+	// than allocated per response.
+	body   h1Body
+	answer flushBeforeRead
 }
 
 // h1Eligible reports whether req goes over the tunnel's own connection.
@@ -69,10 +82,9 @@ func (u *h1Upstream) dial(ctx context.Context) error {
 	if sc, ok := raw.(syscall.Conn); ok {
 		u.raw, _ = sc.SyscallConn()
 	}
-	u.br = bulkReaders.Get().(*bufio.Reader)
-	u.br.Reset(tc)
-	u.bw = headWriters.Get().(*bufio.Writer)
-	u.bw.Reset(tc)
+	if u.peek == nil {
+		u.peek = u.peekSocket
+	}
 	// The tunnel's end (ctx) cuts a read in progress.
 	u.stop = context.AfterFunc(ctx, func() { tc.Close() })
 	return nil
@@ -85,11 +97,19 @@ func (u *h1Upstream) close() {
 	}
 	u.stop()
 	u.conn.Close()
+	u.release()
+	u.conn = nil
+}
+
+// release returns the read buffer to the pool (it holds no bytes, or the
+// connection is being dropped).
+func (u *h1Upstream) release() {
+	if u.br == nil {
+		return
+	}
 	u.br.Reset(nil)
 	bulkReaders.Put(u.br)
-	u.bw.Reset(nil)
-	headWriters.Put(u.bw)
-	u.conn, u.br, u.bw = nil, nil, nil
+	u.br = nil
 }
 
 // errBeforeResponse marks a failure before any response byte.
@@ -101,7 +121,7 @@ func (e errBeforeResponse) Unwrap() error { return e.error }
 // to on1xx as they come. A kept connection that fails before any byte of
 // an answer (the upstream closed it while idle) is replaced once: every
 // request on this path is idempotent and body-less, as net/http retries.
-func (u *h1Upstream) roundTrip(ctx context.Context, req *http.Request, on1xx func(int, http.Header)) (*http.Response, error) {
+func (u *h1Upstream) roundTrip(ctx context.Context, req *http.Request, on1xx *interim) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		if u.conn == nil {
 			if err := u.dial(ctx); err != nil {
@@ -121,12 +141,22 @@ func (u *h1Upstream) roundTrip(ctx context.Context, req *http.Request, on1xx fun
 	}
 }
 
-func (u *h1Upstream) exchange(req *http.Request, on1xx func(int, http.Header)) (*http.Response, error) {
-	if err := req.Write(u.bw); err != nil {
+func (u *h1Upstream) exchange(req *http.Request, on1xx *interim) (*http.Response, error) {
+	// The head writer is held only while the head is written.
+	bw := headWriters.Get().(*bufio.Writer)
+	bw.Reset(u.conn)
+	err := writeRequestHead(bw, req)
+	if err == nil {
+		err = bw.Flush()
+	}
+	bw.Reset(nil)
+	headWriters.Put(bw)
+	if err != nil {
 		return nil, errBeforeResponse{err}
 	}
-	if err := u.bw.Flush(); err != nil {
-		return nil, errBeforeResponse{err}
+	if u.br == nil {
+		u.br = bulkReaders.Get().(*bufio.Reader)
+		u.br.Reset(u.conn)
 	}
 	for {
 		if _, err := u.br.Peek(1); err != nil {
@@ -140,11 +170,12 @@ func (u *h1Upstream) exchange(req *http.Request, on1xx func(int, http.Header)) (
 		case resp.StatusCode == http.StatusSwitchingProtocols:
 			return nil, errors.New("mitm: upstream switched protocols without an upgrade request")
 		case resp.StatusCode >= 100 && resp.StatusCode < 200:
-			on1xx(resp.StatusCode, resp.Header)
+			on1xx.relay(resp.StatusCode, resp.Header)
 			continue
 		}
 		u.used = true
-		resp.Body = &h1Body{rc: resp.Body, u: u, keep: !resp.Close}
+		u.body = h1Body{rc: resp.Body, u: u, keep: !resp.Close}
+		resp.Body = &u.body
 		return resp, nil
 	}
 }
@@ -159,7 +190,12 @@ func (u *h1Upstream) ready() bool {
 	if u.br.Buffered() > 0 {
 		return true
 	}
-	return u.raw != nil && socketReadable(u.raw)
+	if u.raw == nil {
+		return false
+	}
+	u.readable = false
+	u.raw.Read(u.peek)
+	return u.readable
 }
 
 // h1Body keeps the connection after a body read to its end, and drops it
@@ -186,21 +222,28 @@ func (b *h1Body) Close() error {
 	}
 	b.done = true
 	if !b.keep || !b.eof || b.u.br.Buffered() > 0 {
-		// Closed first: net/http's Close would drain an unread body.
+		// Dropped. The socket is closed first: net/http's Close drains an
+		// unread body, which then ends at once. The read buffer goes back
+		// to the pool only after that drain (it reads through it).
+		if b.u.conn != nil {
+			b.u.conn.Close()
+		}
+		b.rc.Close()
 		b.u.close()
+		return nil
 	}
 	b.rc.Close()
+	// Kept: the connection waits for the next request without a buffer.
+	b.u.release()
 	return nil
 }
 
-// socketReadable peeks at the socket without blocking.
-func socketReadable(rc syscall.RawConn) bool {
-	var buf [1]byte
-	readable := false
-	rc.Read(func(fd uintptr) bool {
-		n, _, err := unix.Recvfrom(int(fd), buf[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		readable = err == nil && n > 0
-		return true // never wait
-	})
-	return readable
+// peekSocket peeks at the socket without blocking (raw.Read's callback:
+// it never asks to wait). A bare recvfrom: unix.Recvfrom would allocate
+// the sender's address it does not need.
+func (u *h1Upstream) peekSocket(fd uintptr) bool {
+	n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&u.peekBuf[0])), 1,
+		unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	u.readable = errno == 0 && n > 0
+	return true
 }

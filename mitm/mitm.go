@@ -187,11 +187,20 @@ type Tunnel struct {
 	// Ended, when set, is told the end of every forwarded inner request
 	// (exchange.go).
 	Ended func(Exchange)
+
+	auth string // authority(), set once by Serve
 }
 
-// Authority returns host:port as the inner requests' Host must name it
+// authority returns host:port as the inner requests' Host must name it
 // (port omitted when 443).
 func (t *Tunnel) authority() string {
+	if t.auth != "" {
+		return t.auth
+	}
+	return t.formatAuthority()
+}
+
+func (t *Tunnel) formatAuthority() string {
 	h := t.Host
 	if strings.Contains(h, ":") {
 		h = "[" + h + "]"
@@ -209,6 +218,8 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 	if i.Roots == nil {
 		return errors.New("mitm: no upstream roots")
 	}
+	// Formatted once: every inner request names it (twice).
+	t.auth = t.formatAuthority()
 	tc := tls.Server(&hostConn{Conn: t.Client, host: t.Host}, i.shared().server)
 	idle := i.Idle
 	if idle <= 0 {
@@ -228,7 +239,9 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 	maxBytes, maxLines, headTimeout := i.limits()
 	lim := &headLimit{r: tc, maxBytes: maxBytes, maxLines: maxLines}
 	br := bufio.NewReader(lim)
-	bw := bufio.NewWriter(tc)
+	// A refused head's answer is written through a writer made then: an
+	// idle tunnel holds none (answers use the pooled one below).
+	refuse := func(resp *http.Response) { writeResponse(bufio.NewWriter(tc), nil, resp, true) }
 	up := &h1Upstream{i: i, t: t}
 	defer up.close()
 	for {
@@ -261,13 +274,13 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, io.ErrUnexpectedEOF):
 				return nil
 			case errors.Is(err, errHeadTooLarge):
-				writeResponse(bw, nil, TextResponse(nil, http.StatusRequestHeaderFieldsTooLarge, "request header too large\n"), true)
+				refuse(TextResponse(nil, http.StatusRequestHeaderFieldsTooLarge, "request header too large\n"))
 			default:
 				var ne net.Error
 				if !errors.As(err, &ne) {
 					// RFC 9112: a malformed head (e.g. "Transfer-Encoding :")
 					// is answered 400, never forwarded.
-					writeResponse(bw, nil, TextResponse(nil, http.StatusBadRequest, "malformed request\n"), true)
+					refuse(TextResponse(nil, http.StatusBadRequest, "malformed request\n"))
 				}
 			}
 			var ne net.Error
@@ -284,7 +297,7 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 		tc.SetReadDeadline(time.Time{})
 		// Answers go out through a pooled 64 KiB writer held only for the
 		// exchange: a bulk body leaves in four-record writes, and an idle
-		// tunnel keeps only its 4 KiB one.
+		// tunnel keeps no writer.
 		obw := bulkWriters.Get().(*bufio.Writer)
 		obw.Reset(tc)
 		keep, err := i.serveOne(ctx, t, tr, up, tc, br, obw, req)
@@ -458,12 +471,21 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 		// Not forwarded. A body left unread would desynchronise the stream.
 		return !hasBody && !req.Close, writeResponse(bw, req, resp, hasBody || req.Close)
 	}
-	out := req.Clone(ctx)
+	upType := upgradeType(req.Header)
+	wantContinue := strings.EqualFold(req.Header.Get("Expect"), "100-continue")
+	clientClose := req.Close
+	fast := h1Eligible(req, upType)
+	out := req
+	if !fast {
+		out = req.Clone(ctx)
+	}
+	// On the tunnel's own connection (fast) req itself goes upstream: from
+	// here on only its Method is read again (by the answer's writer), so a
+	// copy of its URL and header map would be garbage per request.
 	out.RequestURI = ""
 	out.URL.Scheme = "https"
 	out.URL.Host = t.authority()
 	out.Host = t.authority()
-	upType := upgradeType(req.Header)
 	removeHopByHop(out.Header)
 	// The client's Connection: close is about its own connection: a
 	// request without a body goes over a kept-alive upstream connection
@@ -485,30 +507,16 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 		out.Body = sent
 	}
 	gate := gateTrailers(t, req, out)
-	// 1xx answers (103 Early Hints; 100 Continue to a client that asked)
-	// are relayed as they arrive, as ReverseProxy's Got1xxResponse does.
-	// The trace runs while this goroutine waits in RoundTrip: bw has one
-	// writer at a time.
-	wantContinue := strings.EqualFold(req.Header.Get("Expect"), "100-continue")
-	relay1xx := func(code int, hh http.Header) error {
-		if code == http.StatusContinue && !wantContinue {
-			return nil
-		}
-		removeHopByHop(hh)
-		fmt.Fprintf(bw, "HTTP/1.1 %d %s\r\n", code, http.StatusText(code))
-		hh.Write(bw)
-		bw.WriteString("\r\n")
-		return bw.Flush()
-	}
 	var resp *http.Response
 	var err error
-	var ready func() bool
-	if h1Eligible(out, upType) {
-		resp, err = up.roundTrip(ctx, out, func(code int, h http.Header) { relay1xx(code, h) })
-		ready = up.ready
+	var ready *h1Upstream
+	if fast {
+		resp, err = up.roundTrip(ctx, out, &interim{bw: bw, wantContinue: wantContinue})
+		ready = up
 	} else {
+		rl := &interim{bw: bw, wantContinue: wantContinue}
 		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-			return relay1xx(code, http.Header(h))
+			return rl.relay(code, http.Header(h))
 		}}
 		out = out.WithContext(httptrace.WithClientTrace(out.Context(), trace))
 		resp, err = tr.RoundTrip(out)
@@ -535,9 +543,12 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 			writeResponse(bw, req, TextResponse(req, http.StatusBadGateway, "upstream failure"), true)
 			return false, errors.New("mitm: upstream switched protocols without a matching upgrade request")
 		}
-		err := spliceUpgrade(tc, br, bw, resp, rwc, t.countBytes(&x))
-		x.Err = err
-		t.ended(x)
+		// On the heap only here: the byte counter keeps a pointer to it.
+		ux := new(Exchange)
+		*ux = x
+		err := spliceUpgrade(tc, br, bw, resp, rwc, t.countBytes(ux))
+		ux.Err = err
+		t.ended(*ux)
 		return false, err
 	}
 	removeHopByHop(resp.Header)
@@ -546,17 +557,21 @@ func (i *Interceptor) serveOne(ctx context.Context, t *Tunnel, tr *http.Transpor
 	if resp.ContentLength < 0 && req.Method != http.MethodHead {
 		resp.TransferEncoding = []string{"chunked"}
 	}
-	cr := &countingReader{r: resp.Body}
 	// The head goes out at once and each part of the body as it arrives
 	// (a slow Content-Length body too): what was written is flushed
 	// before every read of the upstream's body.
-	resp.Body = &flushBeforeRead{countingReader: cr, bw: bw, ready: ready}
-	closeAfter := req.Close || resp.Close
+	var cr *flushBeforeRead
+	if ready != nil {
+		cr = &ready.answer
+		*cr = flushBeforeRead{countingReader: countingReader{r: resp.Body}, bw: bw, up: ready, length: resp.ContentLength}
+	} else {
+		cr = &flushBeforeRead{countingReader: countingReader{r: resp.Body}, bw: bw, length: -1}
+	}
+	resp.Body = cr
+	closeAfter := clientClose || resp.Close
 	resp.Request = req
 	resp.Close = closeAfter
-	// Through a plain io.Writer: bufio.Writer's ReadFrom would read the
-	// body into its own buffer, which the flush before each read empties.
-	err = resp.Write(struct{ io.Writer }{bw})
+	err = writeAnswer(bw, resp)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -705,7 +720,10 @@ func (i *Interceptor) serveStream(t *Tunnel, tr *http.Transport, w http.Response
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
 	rc.Flush() // the client sees the head now (a stream may send nothing yet)
-	buf := make([]byte, 32<<10)
+	// The copy buffer is pooled, not one per stream.
+	bp := copyBuffers.Get().(*[32 << 10]byte)
+	defer copyBuffers.Put(bp)
+	buf := bp[:]
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
@@ -793,9 +811,7 @@ func spliceUpgrade(tc net.Conn, br *bufio.Reader, bw *bufio.Writer, resp *http.R
 func writeResponse(bw *bufio.Writer, req *http.Request, resp *http.Response, closeAfter bool) error {
 	resp.Request = req
 	resp.Close = closeAfter
-	// Only Write is exposed: bufio's ReadFrom would lend its buffer to the
-	// body's Read, which flushes the same buffer (flushBeforeRead).
-	if err := resp.Write(struct{ io.Writer }{bw}); err != nil {
+	if err := resp.Write(writeOnly{bw}); err != nil {
 		return err
 	}
 	return bw.Flush()
@@ -843,16 +859,20 @@ func removeHopByHop(h http.Header) {
 }
 
 // flushBeforeRead flushes the client's writer before each body read.
-// With ready set, a read that will not wait skips the flush (the head and
-// a buffered body leave together).
+// With up set (the answer comes over the tunnel's own connection), a read
+// that will not wait skips the flush (the head and a buffered body leave
+// together): one with bytes buffered or queued on the socket, or the read
+// of a body whose announced length has all been read (it only reports the
+// end; the caller flushes after it).
 type flushBeforeRead struct {
-	*countingReader
-	bw    *bufio.Writer
-	ready func() bool
+	countingReader
+	bw     *bufio.Writer
+	up     *h1Upstream
+	length int64 // the body's announced length with up set; -1 otherwise
 }
 
 func (f *flushBeforeRead) Read(p []byte) (int, error) {
-	if f.bw.Buffered() > 0 && (f.ready == nil || !f.ready()) {
+	if f.bw.Buffered() > 0 && (f.up == nil || !(f.length >= 0 && f.n >= f.length) && !f.up.ready()) {
 		if err := f.bw.Flush(); err != nil {
 			return 0, err
 		}

@@ -94,8 +94,11 @@ func (c *Core) mitmTunnel(conn *Conn, client net.Conn, d hostpolicy.Decision, pr
 				if id := c.decideInner(ictx, conn, ireq, granted); !id.Allowed() {
 					return blockedJSONResponse(req, id)
 				}
-			} else if bd := c.budgetBlock(conn.budget, host, port); bd != nil {
-				return blockedJSONResponse(req, *bd)
+			} else if conn.budget != nil {
+				// Asked only with a budget: its decision is built on the heap.
+				if bd := c.budgetBlock(conn.budget, host, port); bd != nil {
+					return blockedJSONResponse(req, *bd)
+				}
 			}
 			if bd := c.credentialCheck(conn, host, port, hostpolicy.ProtoHTTPS, req); bd != nil {
 				return blockedJSONResponse(req, *bd)
