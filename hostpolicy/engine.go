@@ -537,13 +537,32 @@ func MethodAllowed(mode, method string) bool {
 }
 
 func parseLiteral(host string) (netip.Addr, bool) {
-	if host == "" {
-		return netip.Addr{}, false
-	}
-	c := host[0]
-	if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c == ':') {
+	if !mayBeLiteral(host) {
 		return netip.Addr{}, false
 	}
 	a, err := netip.ParseAddr(host)
 	return a, err == nil
+}
+
+// mayBeLiteral is false for a host parseLiteral refuses, decided without
+// netip.ParseAddr: its refusal allocates an error, and most names (any
+// starting with a-f among them) are refused. ParseAddr reads the host as
+// IPv4 when '.' comes before any ':' or '%', and IPv4 is digits and dots
+// only; as IPv6 when ':' comes first, after hex digits only; and refuses a
+// '%' first or none of the three.
+func mayBeLiteral(host string) bool {
+	if host == "" {
+		return false
+	}
+	if c := host[0]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c == ':') {
+		return false
+	}
+	i := strings.IndexAny(host, ".:%")
+	switch {
+	case i < 0 || host[i] == '%':
+		return false
+	case host[i] == ':':
+		return strings.Trim(host[:i], "0123456789abcdefABCDEF") == ""
+	}
+	return strings.Trim(host, "0123456789.") == ""
 }

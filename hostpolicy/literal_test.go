@@ -1,0 +1,46 @@
+package hostpolicy
+
+import (
+	"net/netip"
+	"testing"
+)
+
+// parseLiteralSeeds are hosts around every branch of mayBeLiteral.
+var parseLiteralSeeds = []string{
+	"", "up.test", "denied.test", "deadbeef.test", "cafe", "a.b", "1.2.3.4", "1.2.3.4.test", "01.2.3.4",
+	"127.0.0.1", "256.1.1.1", "1.2.3", "1.2.3.4%eth0", "::1", "::ffff:127.0.0.1", "fe80::1%eth0",
+	"fe80::1%25eth0", "ABCD::1", "aB::1", "2001:db8::1", "g::1", "%eth0", "1%2", ":", "::", "1.2.3.4:80",
+	"[::1]", "1:2:3:4:5:6:7:8", "1::2::3", "0.0.0.0", "999", "0x7f.1", ".1.2.3", "1..2.3", "x", "f", "1",
+}
+
+// mayBeLiteral only spares ParseAddr's refusals: parseLiteral answers as
+// ParseAddr with the old first-character screen would.
+func FuzzParseLiteral(f *testing.F) {
+	for _, s := range parseLiteralSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, host string) {
+		var want netip.Addr
+		wantOK := false
+		if host != "" {
+			if c := host[0]; c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c == ':' {
+				a, err := netip.ParseAddr(host)
+				want, wantOK = a, err == nil
+			}
+		}
+		got, ok := parseLiteral(host)
+		if ok != wantOK || got != want {
+			t.Fatalf("parseLiteral(%q) = %v, %v; ParseAddr says %v, %v", host, got, ok, want, wantOK)
+		}
+	})
+}
+
+// A name the pipeline judges is never handed to ParseAddr to be refused
+// (its error allocates on every request).
+func TestParseLiteralNameAllocatesNothing(t *testing.T) {
+	for _, h := range []string{"denied.test", "deadbeef.test", "cafe", "up.test"} {
+		if n := testing.AllocsPerRun(100, func() { parseLiteral(h) }); n != 0 {
+			t.Errorf("parseLiteral(%q): %v allocations", h, n)
+		}
+	}
+}
