@@ -255,7 +255,9 @@ func (p *pass) normalise() bool {
 			detail = err.Error()
 		}
 		// SPEC §7.1 knows four steps; an unusable host is an allow-list miss.
-		d.addStep(Step{Step: StepAllow, Result: ResultMiss, Detail: "invalid host: " + detail})
+		if d.tracing() { // the detail is built only for a trace
+			d.addStep(Step{Step: StepAllow, Result: ResultMiss, Detail: "invalid host: " + detail})
+		}
 		return true
 	}
 	d.Host = host
@@ -286,7 +288,9 @@ func (p *pass) deny() bool {
 	}
 	if h, ok := amended(p.amends.deny, t.host, t.unscoped, t.mapped); ok {
 		d.Reason, d.Pattern, d.Cause = ReasonDenied, h, CauseDenyList
-		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: h + " (amended)"})
+		if d.tracing() { // the detail is built only for a trace
+			d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: h + " (amended)"})
+		}
 		return true
 	}
 	if t.isIP {
@@ -298,7 +302,9 @@ func (p *pass) deny() bool {
 	}
 	if a, entry, ok := s.deny.matchAnyAddr(t.static, t.port); ok {
 		d.Reason, d.Pattern, d.Cause = ReasonDenied, entry, CauseDenyList
-		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "static answer " + a.String() + " in " + entry})
+		if d.tracing() { // the detail is built only for a trace
+			d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "static answer " + a.String() + " in " + entry})
+		}
 		return true
 	}
 	d.addStep(Step{Step: StepDeny, Result: ResultMiss})
@@ -315,7 +321,7 @@ func (p *pass) localGuard() bool {
 		if t.isIP {
 			d.Addrs = []netip.Addr{t.addr}
 		} else if t.hasStatic {
-			d.Addrs = append([]netip.Addr(nil), t.static...)
+			d.Addrs = t.static // shared, read-only (Decision.Addrs)
 		}
 		return false
 	}
@@ -340,7 +346,9 @@ func (p *pass) localGuard() bool {
 			// RFC 6761: localhost is loopback, never looked up.
 			d.Addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
 		}
-		d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "allow-list entry " + pat})
+		if d.tracing() { // the detail is built only for a trace
+			d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "allow-list entry " + pat})
+		}
 		d.addStep(Step{Step: StepAllow, Result: ResultHit, Detail: pat})
 		d.Verdict, d.Reason = Allow, ReasonNone
 		p.final = true
@@ -351,10 +359,12 @@ func (p *pass) localGuard() bool {
 		d.Addrs = []netip.Addr{t.addr}
 		d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "public address"})
 	case t.hasStatic:
-		d.Addrs = append([]netip.Addr(nil), t.static...)
+		d.Addrs = t.static // shared, read-only (Decision.Addrs)
 		if a, bad := s.firstLocal(t.static, t.port); bad {
 			d.Reason, d.Cause = ReasonNotAllowedLocal, CauseNonPublicAnswer
-			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "static answer " + a.String() + " is non-public"})
+			if d.tracing() { // the detail is built only for a trace
+				d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "static answer " + a.String() + " is non-public"})
+			}
 			return true
 		}
 		d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "static answers checked"})
@@ -397,7 +407,7 @@ func (p *pass) allow() {
 	}
 	d.Pattern = pat
 	detail := pat
-	if amendedHit {
+	if amendedHit && d.tracing() {
 		detail += " (amended)"
 	}
 	d.addStep(Step{Step: StepAllow, Result: ResultHit, Detail: detail})
@@ -435,19 +445,25 @@ func (s *Snapshot) resolveAllowed(ctx context.Context, d Decision, t target) Dec
 	addrs, err := s.lookupDNS(ctx, t.host)
 	if err != nil {
 		d.Verdict, d.Reason, d.Source, d.Cause = Deny, ReasonNotAllowedLocal, SourceBaseline, lookupCause(err)
-		d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "lookup failed: " + err.Error()})
+		if d.tracing() { // the detail is built only for a trace
+			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "lookup failed: " + err.Error()})
+		}
 		return d
 	}
 	d.Addrs = addrs
 	if a, entry, ok := s.deny.matchAnyAddr(addrs, t.port); ok {
 		d.Verdict, d.Reason, d.Source, d.Pattern, d.Cause = Deny, ReasonDenied, SourceBaseline, entry, CauseDenyList
-		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "answer " + a.String() + " in " + entry})
+		if d.tracing() { // the detail is built only for a trace
+			d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "answer " + a.String() + " in " + entry})
+		}
 		return d
 	}
 	if !s.allowLocalBinding {
 		if a, bad := s.firstLocal(addrs, t.port); bad {
 			d.Verdict, d.Reason, d.Source, d.Cause = Deny, ReasonNotAllowedLocal, SourceBaseline, CauseNonPublicAnswer
-			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "resolves to non-public address " + a.String()})
+			if d.tracing() { // the detail is built only for a trace
+				d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "resolves to non-public address " + a.String()})
+			}
 			return d
 		}
 	}
@@ -513,11 +529,15 @@ func (s *Snapshot) modeGuardIn(mode string, req Request, d Decision) Decision {
 		}
 	}
 	if reason == ReasonNone {
-		d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
+		if d.tracing() { // the detail is built only for a trace
+			d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
+		}
 		return d
 	}
 	d.Verdict, d.Reason, d.Source, d.Cause = Deny, reason, SourceModeGuard, CauseLimitedMode
-	d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(reason)})
+	if d.tracing() { // the detail is built only for a trace
+		d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(reason)})
+	}
 	return d
 }
 

@@ -348,13 +348,17 @@ func (p *pass) judgePinned(addrs []netip.Addr) bool {
 func (p *pass) judgeAddrs(addrs []netip.Addr) bool {
 	if a, entry, ok := p.s.deny.matchAnyAddr(addrs, p.t.port); ok {
 		p.d.Verdict, p.d.Reason, p.d.Source, p.d.Pattern, p.d.Cause = Deny, ReasonDenied, SourceBaseline, entry, CauseDenyList
-		p.d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "pinned address " + a.String() + " in " + entry})
+		if p.d.tracing() { // the detail is built only for a trace
+			p.d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "pinned address " + a.String() + " in " + entry})
+		}
 		return true
 	}
 	if !p.s.allowLocalBinding && !p.d.LocalLiteral {
 		if a, bad := p.s.firstLocal(addrs, p.t.port); bad {
 			p.d.Verdict, p.d.Reason, p.d.Source, p.d.Cause = Deny, ReasonNotAllowedLocal, SourceBaseline, CauseNonPublicAnswer
-			p.d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "pinned address " + a.String() + " is non-public"})
+			if p.d.tracing() { // the detail is built only for a trace
+				p.d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "pinned address " + a.String() + " is non-public"})
+			}
 			return true
 		}
 	}

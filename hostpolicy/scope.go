@@ -244,11 +244,15 @@ func (e *Engine) InnerDecisionScoped(ctx context.Context, req Request, scopes []
 // innerMode is the mode guard of an inner request: its method.
 func innerMode(mode string, req Request, d Decision) Decision {
 	if MethodAllowed(mode, req.Method) {
-		d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
+		if d.tracing() { // the detail is built only for a trace
+			d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
+		}
 		return d
 	}
 	d.Verdict, d.Reason, d.Source, d.Cause = Deny, ReasonMethodNotAllowed, SourceModeGuard, CauseLimitedMode
-	d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(ReasonMethodNotAllowed)})
+	if d.tracing() { // the detail is built only for a trace
+		d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(ReasonMethodNotAllowed)})
+	}
 	return d
 }
 
