@@ -23,10 +23,15 @@ mode = "` + mode + `"
 "127.0.0.1/32" = "allow"
 "denied.test" = "deny"
 "cafe.test" = "allow"
+"**.example.com" = "allow"
+"*.zone.test" = "allow"
+"*.bad.test" = "deny"
 [dns.hosts]
 "up.test" = ["127.0.0.1"]
 "denied.test" = ["127.0.0.1"]
 "cafe.test" = ["127.0.0.1"]
+"a.example.com" = ["127.0.0.1"]
+"b.zone.test" = ["127.0.0.1"]
 [approvals]
 enabled = false
 `
@@ -49,13 +54,16 @@ type decideCase struct {
 }
 
 // decideCases: the profile's allowed host (a static answer let through
-// by an allow-list prefix), a denied name, a name spelt in hex digits,
-// and an allow-listed literal in limited mode's GET.
+// by an allow-list prefix), a denied name, a name spelt in hex digits, a
+// miss, and names allowed or denied by wildcard patterns.
 var decideCases = []decideCase{
 	{"allowed", "up.test", hostpolicy.ReasonNone},
 	{"denied", "denied.test", hostpolicy.ReasonDenied},
 	{"allowed-hex-name", "cafe.test", hostpolicy.ReasonNone},
 	{"not-allowed", "other.test", hostpolicy.ReasonNotAllowed},
+	{"allowed-wildcard", "a.example.com", hostpolicy.ReasonNone},
+	{"allowed-subdomain", "b.zone.test", hostpolicy.ReasonNone},
+	{"denied-wildcard", "x.bad.test", hostpolicy.ReasonDenied},
 }
 
 // newDecideCore is serve's pipeline over policy (a rollout.Evaluator with
