@@ -435,12 +435,12 @@ func (s *Snapshot) firstLocal(addrs []netip.Addr, port uint16) (netip.Addr, bool
 // a deny-list address entry matching any answer is denied. With
 // allow_local_binding no query is made unless the deny list holds address
 // entries (the dialer resolves and re-checks instead).
-func (s *Snapshot) resolveAllowed(ctx context.Context, d Decision, t target) Decision {
+func (s *Snapshot) resolveAllowed(ctx context.Context, d *Decision, t *target) {
 	if t.isIP || t.hasStatic {
-		return d
+		return
 	}
 	if s.allowLocalBinding && !s.deny.hasAddrs() {
-		return d
+		return
 	}
 	addrs, err := s.lookupDNS(ctx, t.host)
 	if err != nil {
@@ -448,7 +448,7 @@ func (s *Snapshot) resolveAllowed(ctx context.Context, d Decision, t target) Dec
 		if d.tracing() { // the detail is built only for a trace
 			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "lookup failed: " + err.Error()})
 		}
-		return d
+		return
 	}
 	d.Addrs = addrs
 	if a, entry, ok := s.deny.matchAnyAddr(addrs, t.port); ok {
@@ -456,7 +456,7 @@ func (s *Snapshot) resolveAllowed(ctx context.Context, d Decision, t target) Dec
 		if d.tracing() { // the detail is built only for a trace
 			d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "answer " + a.String() + " in " + entry})
 		}
-		return d
+		return
 	}
 	if !s.allowLocalBinding {
 		if a, bad := s.firstLocal(addrs, t.port); bad {
@@ -464,12 +464,11 @@ func (s *Snapshot) resolveAllowed(ctx context.Context, d Decision, t target) Dec
 			if d.tracing() { // the detail is built only for a trace
 				d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "resolves to non-public address " + a.String()})
 			}
-			return d
+			return
 		}
 	}
 	// The answers themselves are in d.Addrs (check prints them as "resolved").
 	d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "every answer checked"})
-	return d
 }
 
 // lookup answers host from the static answers, else DNS.
@@ -498,10 +497,10 @@ func (s *Snapshot) lookupDNS(ctx context.Context, host string) ([]netip.Addr, er
 // narrow full to limited) to an allowed request. With MITM admission a
 // limited-mode CONNECT passes to interception (Intercept); the decision
 // keeps its source.
-func (s *Snapshot) modeGuardIn(mode string, req Request, d Decision) Decision {
+func (s *Snapshot) modeGuardIn(mode string, req *Request, d *Decision) {
 	if mode == ModeFull || mode == "" {
 		d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: ModeFull})
-		return d
+		return
 	}
 	reason := ReasonNone
 	switch req.Protocol {
@@ -509,14 +508,14 @@ func (s *Snapshot) modeGuardIn(mode string, req Request, d Decision) Decision {
 		if s.mitm && strings.EqualFold(req.Method, methodConnect) {
 			d.Intercept = true
 			d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: mitm"})
-			return d
+			return
 		}
 		reason = ReasonMITMRequired
 	case ProtoSOCKS5:
 		if req.Port == 443 && d.Intercept && s.mitm {
 			// A host with request rules: intercepted, every inner request judged.
 			d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: mitm"})
-			return d
+			return
 		}
 		if req.Port == 443 {
 			reason = ReasonMITMRequired
@@ -532,13 +531,12 @@ func (s *Snapshot) modeGuardIn(mode string, req Request, d Decision) Decision {
 		if d.tracing() { // the detail is built only for a trace
 			d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
 		}
-		return d
+		return
 	}
 	d.Verdict, d.Reason, d.Source, d.Cause = Deny, reason, SourceModeGuard, CauseLimitedMode
 	if d.tracing() { // the detail is built only for a trace
 		d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(reason)})
 	}
-	return d
 }
 
 const methodConnect = "CONNECT"
