@@ -201,6 +201,11 @@ func (d *Decision) addStep(s Step) {
 	}
 }
 
+// AddStep records one step of the trace of a decision the pipeline made
+// (the admission stages'): like the pipeline's own, nothing is recorded
+// when the request asked for no trace (Request.Trace, the data path).
+func (d *Decision) AddStep(s Step) { d.addStep(s) }
+
 // tracing reports whether addStep records: a step whose detail is built
 // (concatenated) is recorded only then, so that the data path, which
 // keeps no trace, builds no string.

@@ -44,3 +44,24 @@ func TestParseLiteralNameAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// The first-octet screen of v4NonPublic answers as the scan of the ranges
+// alone: every first octet, at both ends and inside each range.
+func TestV4NonPublicScreen(t *testing.T) {
+	scan := func(a netip.Addr) bool {
+		for _, p := range nonPublicV4 {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	for o := 0; o < 256; o++ {
+		for _, rest := range [][3]byte{{0, 0, 0}, {255, 255, 255}, {0, 2, 1}, {51, 100, 7}, {64, 0, 1}, {168, 1, 1}, {254, 3, 9}, {16, 0, 0}, {31, 255, 255}, {0, 113, 5}, {18, 0, 0}, {19, 255, 1}} {
+			a := netip.AddrFrom4([4]byte{byte(o), rest[0], rest[1], rest[2]})
+			if got, want := v4NonPublic(a), scan(a); got != want {
+				t.Errorf("v4NonPublic(%s) = %v, the ranges say %v", a, got, want)
+			}
+		}
+	}
+}

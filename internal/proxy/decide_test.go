@@ -26,12 +26,14 @@ mode = "` + mode + `"
 "**.example.com" = "allow"
 "*.zone.test" = "allow"
 "*.bad.test" = "deny"
+"pub.test" = "allow"
 [dns.hosts]
 "up.test" = ["127.0.0.1"]
 "denied.test" = ["127.0.0.1"]
 "cafe.test" = ["127.0.0.1"]
 "a.example.com" = ["127.0.0.1"]
 "b.zone.test" = ["127.0.0.1"]
+"pub.test" = ["93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946"]
 [approvals]
 enabled = false
 `
@@ -55,7 +57,8 @@ type decideCase struct {
 
 // decideCases: the profile's allowed host (a static answer let through
 // by an allow-list prefix), a denied name, a name spelt in hex digits, a
-// miss, and names allowed or denied by wildcard patterns.
+// miss, names allowed or denied by wildcard patterns, and a name with
+// public answers.
 var decideCases = []decideCase{
 	{"allowed", "up.test", hostpolicy.ReasonNone},
 	{"denied", "denied.test", hostpolicy.ReasonDenied},
@@ -64,6 +67,7 @@ var decideCases = []decideCase{
 	{"allowed-wildcard", "a.example.com", hostpolicy.ReasonNone},
 	{"allowed-subdomain", "b.zone.test", hostpolicy.ReasonNone},
 	{"denied-wildcard", "x.bad.test", hostpolicy.ReasonDenied},
+	{"allowed-public", "pub.test", hostpolicy.ReasonNone},
 }
 
 // newDecideCore is serve's pipeline over policy (a rollout.Evaluator with
