@@ -344,7 +344,7 @@ func (p *pass) localGuard() bool {
 			d.Addrs = []netip.Addr{t.addr}
 		} else {
 			// RFC 6761: localhost is loopback, never looked up.
-			d.Addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
+			d.Addrs = localhostAddrs // shared, read-only (Decision.Addrs)
 		}
 		if d.tracing() { // the detail is built only for a trace
 			d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "allow-list entry " + pat})
@@ -540,6 +540,10 @@ func (s *Snapshot) modeGuardIn(mode string, req *Request, d *Decision) {
 }
 
 const methodConnect = "CONNECT"
+
+// localhostAddrs are what an allow-listed localhost is pinned to (len ==
+// cap: an append to a decision's Addrs copies them).
+var localhostAddrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
 
 // MethodAllowed reports whether a plain-HTTP method passes mode (for MITM
 // inner requests in limited mode).
