@@ -65,3 +65,16 @@ func TestV4NonPublicScreen(t *testing.T) {
 		}
 	}
 }
+
+// A host already spelt as its canonical dotted quad normalises to itself
+// without a new string; any other spelling still gets the canonical one.
+func TestNormalizeCanonicalQuadAllocatesNothing(t *testing.T) {
+	for in, want := range map[string]string{"93.184.216.34": "93.184.216.34", "127.1": "127.0.0.1", "0x7f000001": "127.0.0.1", "010.0.0.1": "8.0.0.1", "1.2.3.4.": "1.2.3.4"} {
+		if got, err := Normalize(in); err != nil || got != want {
+			t.Errorf("Normalize(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { Normalize("93.184.216.34") }); n != 0 {
+		t.Errorf("Normalize of a canonical dotted quad: %v allocations", n)
+	}
+}
