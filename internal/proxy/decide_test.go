@@ -78,15 +78,7 @@ func newDecideCore(tb testing.TB, policy string) (*Core, *Conn) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	o, err := config.PolicyOptions(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	pol, err := hostpolicy.Build(o)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	eng := hostpolicy.NewEngine(pol, nil)
+	eng := hostpolicy.NewEngine(buildSnapshot(tb, cfg), nil)
 	core := &Core{Pipeline: rollout.NewEvaluator(eng, nil, rollout.NewShadow(nil, 10), false), Sink: &discardSink{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
