@@ -110,12 +110,10 @@ type matcher struct {
 	seed    maphash.Seed
 	index   map[uint64]uint32 // hash(domain) → entry index + 1 (chain head)
 	entries []domainEntry
-	// arena holds each domain as the text a wildcard match reports,
+	// text holds each domain as the text a wildcard match reports,
 	// "**." + domain + suffix, back to back; an entry's off is its domain.
-	// text is the arena as a string after build (never written again), so
-	// that a match reports a slice of it rather than building a string on
-	// every request.
-	arena   []byte
+	// A match reports a slice of it rather than building a string on every
+	// request.
 	text    string
 	allText string // "*" + suffix, reported by the all pattern
 
@@ -144,7 +142,10 @@ type domainEntry struct {
 type glob struct{ expr, text string }
 
 type matcherBuilder struct {
-	m        *matcher
+	m *matcher
+	// arena is text while it is built: m.text aliases it (bytes are only
+	// appended, never rewritten) until build copies it to its exact size.
+	arena    []byte
 	seenGlob map[string]struct{}
 }
 
@@ -196,10 +197,11 @@ func (mb *matcherBuilder) addDomain(d string, flags uint8) {
 		return
 	}
 	h := maphash.String(m.seed, d)
-	m.arena = append(m.arena, "**."...)
-	m.entries = append(m.entries, domainEntry{off: uint32(len(m.arena)), n: uint32(len(d)), next: m.index[h], flags: flags})
-	m.arena = append(m.arena, d...)
-	m.arena = append(m.arena, m.suffix...)
+	mb.arena = append(mb.arena, "**."...)
+	m.entries = append(m.entries, domainEntry{off: uint32(len(mb.arena)), n: uint32(len(d)), next: m.index[h], flags: flags})
+	mb.arena = append(mb.arena, d...)
+	mb.arena = append(mb.arena, m.suffix...)
+	m.text = unsafe.String(unsafe.SliceData(mb.arena), len(mb.arena))
 	m.index[h] = uint32(len(m.entries))
 	m.count++
 }
@@ -209,8 +211,8 @@ func (mb *matcherBuilder) build() *matcher {
 	mb.seenGlob = nil
 	// Trim the growth slack: the policy lives until the next reload.
 	m.entries = slices.Clip(m.entries)
-	m.arena = slices.Clip(m.arena)
-	m.text = unsafe.String(unsafe.SliceData(m.arena), len(m.arena))
+	m.text = strings.Clone(m.text) // its own exact-size copy: the arena's slack is freed
+	mb.arena = nil
 	m.allText = "*" + m.suffix
 	return m
 }
@@ -239,7 +241,7 @@ func (m *matcher) lookup(d string) (int, bool) {
 	}
 	for i := m.index[maphash.String(m.seed, d)]; i != 0; {
 		e := &m.entries[i-1]
-		if int(e.n) == len(d) && string(m.arena[e.off:e.off+e.n]) == d {
+		if int(e.n) == len(d) && m.text[e.off:e.off+e.n] == d {
 			return int(i - 1), true
 		}
 		i = e.next
