@@ -88,7 +88,27 @@ func EmbeddedIPv4(a netip.Addr) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
+// nonPublicFirstOctet flags each first octet some nonPublicV4 range holds
+// an address of (derived from the list, so it cannot drift from it): most
+// public addresses are judged by one load instead of a scan of the ranges.
+var nonPublicFirstOctet = func() (t [256]bool) {
+	for _, p := range nonPublicV4 {
+		first := p.Addr().As4()[0]
+		n := 1
+		if p.Bits() < 8 {
+			n = 1 << (8 - p.Bits())
+		}
+		for i := 0; i < n; i++ {
+			t[int(first)+i] = true
+		}
+	}
+	return t
+}()
+
 func v4NonPublic(a netip.Addr) bool {
+	if !nonPublicFirstOctet[a.As4()[0]] {
+		return false
+	}
 	for _, p := range nonPublicV4 {
 		if p.Contains(a) {
 			return true

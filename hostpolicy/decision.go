@@ -144,6 +144,7 @@ type Decision struct {
 	// Addrs are the addresses checked by the local guard; the dialer dials
 	// exactly these (SPEC §3.5). Empty when the guard was skipped
 	// (allow_local_binding) — the dialer then resolves through the same resolver.
+	// Read-only: they may be the policy's own static answers.
 	Addrs []netip.Addr
 	// LocalLiteral is true when the target is a local literal allowed by an
 	// exact allow-list entry or an allow-list prefix: the dialer may then
@@ -199,6 +200,16 @@ func (d *Decision) addStep(s Step) {
 		d.Steps = append(d.Steps, s)
 	}
 }
+
+// AddStep records one step of the trace of a decision the pipeline made
+// (the admission stages'): like the pipeline's own, nothing is recorded
+// when the request asked for no trace (Request.Trace, the data path).
+func (d *Decision) AddStep(s Step) { d.addStep(s) }
+
+// tracing reports whether addStep records: a step whose detail is built
+// (concatenated) is recorded only then, so that the data path, which
+// keeps no trace, builds no string.
+func (d *Decision) tracing() bool { return !d.noTrace }
 
 // RuleIndex is the deciding request rule's 0-based index.
 func (d Decision) RuleIndex() (int, bool) { return d.Rule - 1, d.Rule > 0 }

@@ -255,7 +255,9 @@ func (p *pass) normalise() bool {
 			detail = err.Error()
 		}
 		// SPEC §7.1 knows four steps; an unusable host is an allow-list miss.
-		d.addStep(Step{Step: StepAllow, Result: ResultMiss, Detail: "invalid host: " + detail})
+		if d.tracing() { // the detail is built only for a trace
+			d.addStep(Step{Step: StepAllow, Result: ResultMiss, Detail: "invalid host: " + detail})
+		}
 		return true
 	}
 	d.Host = host
@@ -286,7 +288,9 @@ func (p *pass) deny() bool {
 	}
 	if h, ok := amended(p.amends.deny, t.host, t.unscoped, t.mapped); ok {
 		d.Reason, d.Pattern, d.Cause = ReasonDenied, h, CauseDenyList
-		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: h + " (amended)"})
+		if d.tracing() { // the detail is built only for a trace
+			d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: h + " (amended)"})
+		}
 		return true
 	}
 	if t.isIP {
@@ -298,7 +302,9 @@ func (p *pass) deny() bool {
 	}
 	if a, entry, ok := s.deny.matchAnyAddr(t.static, t.port); ok {
 		d.Reason, d.Pattern, d.Cause = ReasonDenied, entry, CauseDenyList
-		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "static answer " + a.String() + " in " + entry})
+		if d.tracing() { // the detail is built only for a trace
+			d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "static answer " + a.String() + " in " + entry})
+		}
 		return true
 	}
 	d.addStep(Step{Step: StepDeny, Result: ResultMiss})
@@ -315,7 +321,7 @@ func (p *pass) localGuard() bool {
 		if t.isIP {
 			d.Addrs = []netip.Addr{t.addr}
 		} else if t.hasStatic {
-			d.Addrs = append([]netip.Addr(nil), t.static...)
+			d.Addrs = t.static // shared, read-only (Decision.Addrs)
 		}
 		return false
 	}
@@ -338,9 +344,11 @@ func (p *pass) localGuard() bool {
 			d.Addrs = []netip.Addr{t.addr}
 		} else {
 			// RFC 6761: localhost is loopback, never looked up.
-			d.Addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
+			d.Addrs = localhostAddrs // shared, read-only (Decision.Addrs)
 		}
-		d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "allow-list entry " + pat})
+		if d.tracing() { // the detail is built only for a trace
+			d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "allow-list entry " + pat})
+		}
 		d.addStep(Step{Step: StepAllow, Result: ResultHit, Detail: pat})
 		d.Verdict, d.Reason = Allow, ReasonNone
 		p.final = true
@@ -351,10 +359,12 @@ func (p *pass) localGuard() bool {
 		d.Addrs = []netip.Addr{t.addr}
 		d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "public address"})
 	case t.hasStatic:
-		d.Addrs = append([]netip.Addr(nil), t.static...)
+		d.Addrs = t.static // shared, read-only (Decision.Addrs)
 		if a, bad := s.firstLocal(t.static, t.port); bad {
 			d.Reason, d.Cause = ReasonNotAllowedLocal, CauseNonPublicAnswer
-			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "static answer " + a.String() + " is non-public"})
+			if d.tracing() { // the detail is built only for a trace
+				d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "static answer " + a.String() + " is non-public"})
+			}
 			return true
 		}
 		d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "static answers checked"})
@@ -397,7 +407,7 @@ func (p *pass) allow() {
 	}
 	d.Pattern = pat
 	detail := pat
-	if amendedHit {
+	if amendedHit && d.tracing() {
 		detail += " (amended)"
 	}
 	d.addStep(Step{Step: StepAllow, Result: ResultHit, Detail: detail})
@@ -425,35 +435,40 @@ func (s *Snapshot) firstLocal(addrs []netip.Addr, port uint16) (netip.Addr, bool
 // a deny-list address entry matching any answer is denied. With
 // allow_local_binding no query is made unless the deny list holds address
 // entries (the dialer resolves and re-checks instead).
-func (s *Snapshot) resolveAllowed(ctx context.Context, d Decision, t target) Decision {
+func (s *Snapshot) resolveAllowed(ctx context.Context, d *Decision, t *target) {
 	if t.isIP || t.hasStatic {
-		return d
+		return
 	}
 	if s.allowLocalBinding && !s.deny.hasAddrs() {
-		return d
+		return
 	}
 	addrs, err := s.lookupDNS(ctx, t.host)
 	if err != nil {
 		d.Verdict, d.Reason, d.Source, d.Cause = Deny, ReasonNotAllowedLocal, SourceBaseline, lookupCause(err)
-		d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "lookup failed: " + err.Error()})
-		return d
+		if d.tracing() { // the detail is built only for a trace
+			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "lookup failed: " + err.Error()})
+		}
+		return
 	}
 	d.Addrs = addrs
 	if a, entry, ok := s.deny.matchAnyAddr(addrs, t.port); ok {
 		d.Verdict, d.Reason, d.Source, d.Pattern, d.Cause = Deny, ReasonDenied, SourceBaseline, entry, CauseDenyList
-		d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "answer " + a.String() + " in " + entry})
-		return d
+		if d.tracing() { // the detail is built only for a trace
+			d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "answer " + a.String() + " in " + entry})
+		}
+		return
 	}
 	if !s.allowLocalBinding {
 		if a, bad := s.firstLocal(addrs, t.port); bad {
 			d.Verdict, d.Reason, d.Source, d.Cause = Deny, ReasonNotAllowedLocal, SourceBaseline, CauseNonPublicAnswer
-			d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "resolves to non-public address " + a.String()})
-			return d
+			if d.tracing() { // the detail is built only for a trace
+				d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "resolves to non-public address " + a.String()})
+			}
+			return
 		}
 	}
 	// The answers themselves are in d.Addrs (check prints them as "resolved").
 	d.addStep(Step{Step: StepLocalGuard, Result: ResultPass, Detail: "every answer checked"})
-	return d
 }
 
 // lookup answers host from the static answers, else DNS.
@@ -482,10 +497,10 @@ func (s *Snapshot) lookupDNS(ctx context.Context, host string) ([]netip.Addr, er
 // narrow full to limited) to an allowed request. With MITM admission a
 // limited-mode CONNECT passes to interception (Intercept); the decision
 // keeps its source.
-func (s *Snapshot) modeGuardIn(mode string, req Request, d Decision) Decision {
+func (s *Snapshot) modeGuardIn(mode string, req *Request, d *Decision) {
 	if mode == ModeFull || mode == "" {
 		d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: ModeFull})
-		return d
+		return
 	}
 	reason := ReasonNone
 	switch req.Protocol {
@@ -493,14 +508,14 @@ func (s *Snapshot) modeGuardIn(mode string, req Request, d Decision) Decision {
 		if s.mitm && strings.EqualFold(req.Method, methodConnect) {
 			d.Intercept = true
 			d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: mitm"})
-			return d
+			return
 		}
 		reason = ReasonMITMRequired
 	case ProtoSOCKS5:
 		if req.Port == 443 && d.Intercept && s.mitm {
 			// A host with request rules: intercepted, every inner request judged.
 			d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: mitm"})
-			return d
+			return
 		}
 		if req.Port == 443 {
 			reason = ReasonMITMRequired
@@ -513,15 +528,22 @@ func (s *Snapshot) modeGuardIn(mode string, req Request, d Decision) Decision {
 		}
 	}
 	if reason == ReasonNone {
-		d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
-		return d
+		if d.tracing() { // the detail is built only for a trace
+			d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
+		}
+		return
 	}
 	d.Verdict, d.Reason, d.Source, d.Cause = Deny, reason, SourceModeGuard, CauseLimitedMode
-	d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(reason)})
-	return d
+	if d.tracing() { // the detail is built only for a trace
+		d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(reason)})
+	}
 }
 
 const methodConnect = "CONNECT"
+
+// localhostAddrs are what an allow-listed localhost is pinned to (len ==
+// cap: an append to a decision's Addrs copies them).
+var localhostAddrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
 
 // MethodAllowed reports whether a plain-HTTP method passes mode (for MITM
 // inner requests in limited mode).
@@ -537,13 +559,32 @@ func MethodAllowed(mode, method string) bool {
 }
 
 func parseLiteral(host string) (netip.Addr, bool) {
-	if host == "" {
-		return netip.Addr{}, false
-	}
-	c := host[0]
-	if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c == ':') {
+	if !mayBeLiteral(host) {
 		return netip.Addr{}, false
 	}
 	a, err := netip.ParseAddr(host)
 	return a, err == nil
+}
+
+// mayBeLiteral is false for a host parseLiteral refuses, decided without
+// netip.ParseAddr: its refusal allocates an error, and most names (any
+// starting with a-f among them) are refused. ParseAddr reads the host as
+// IPv4 when '.' comes before any ':' or '%', and IPv4 is digits and dots
+// only; as IPv6 when ':' comes first, after hex digits only; and refuses a
+// '%' first or none of the three.
+func mayBeLiteral(host string) bool {
+	if host == "" {
+		return false
+	}
+	if c := host[0]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c == ':') {
+		return false
+	}
+	i := strings.IndexAny(host, ".:%")
+	switch {
+	case i < 0 || host[i] == '%':
+		return false
+	case host[i] == ':':
+		return strings.Trim(host[:i], "0123456789abcdefABCDEF") == ""
+	}
+	return strings.Trim(host, "0123456789.") == ""
 }

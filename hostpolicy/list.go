@@ -73,6 +73,14 @@ func (l *list) find(port uint16, f func(*list) (string, bool)) (text string, ok 
 // matchName returns the entry matching host on port: an unscoped pattern
 // first (the most specific, as matcher.match), then a port-scoped one.
 func (l *list) matchName(host string, port uint16) (string, bool) {
+	if l == nil {
+		return "", false
+	}
+	// The unscoped entries directly: most lists have no port-scoped ones,
+	// and a name is matched twice per decision (deny, then allow).
+	if text, ok := l.names.match(host); ok || (len(l.byPort) == 0 && len(l.ranges) == 0) {
+		return text, ok
+	}
 	return l.find(port, func(x *list) (string, bool) { return x.names.match(host) })
 }
 

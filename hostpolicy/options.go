@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -236,6 +237,11 @@ func Build(opts Options) (*Snapshot, error) {
 		for _, a := range v {
 			static[key] = append(static[key], a.WithZone("").Unmap())
 		}
+	}
+	for k, v := range static {
+		// Clipped: a decision's Addrs share these (read-only), and an
+		// append to them must copy rather than write into the policy.
+		static[k] = slices.Clip(v)
 	}
 	requests, rerrs := buildRequestRules(opts.Requests)
 	errs = append(errs, rerrs...)

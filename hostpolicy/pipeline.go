@@ -322,7 +322,7 @@ func (p *pass) resolve(ctx context.Context, live *Decision) bool {
 	if !p.d.Allowed() || p.final {
 		return false
 	}
-	p.d = p.s.resolveAllowed(ctx, p.d, p.t)
+	p.s.resolveAllowed(ctx, &p.d, &p.t)
 	return !p.d.Allowed()
 }
 
@@ -348,13 +348,17 @@ func (p *pass) judgePinned(addrs []netip.Addr) bool {
 func (p *pass) judgeAddrs(addrs []netip.Addr) bool {
 	if a, entry, ok := p.s.deny.matchAnyAddr(addrs, p.t.port); ok {
 		p.d.Verdict, p.d.Reason, p.d.Source, p.d.Pattern, p.d.Cause = Deny, ReasonDenied, SourceBaseline, entry, CauseDenyList
-		p.d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "pinned address " + a.String() + " in " + entry})
+		if p.d.tracing() { // the detail is built only for a trace
+			p.d.addStep(Step{Step: StepDeny, Result: ResultHit, Detail: "pinned address " + a.String() + " in " + entry})
+		}
 		return true
 	}
 	if !p.s.allowLocalBinding && !p.d.LocalLiteral {
 		if a, bad := p.s.firstLocal(addrs, p.t.port); bad {
 			p.d.Verdict, p.d.Reason, p.d.Source, p.d.Cause = Deny, ReasonNotAllowedLocal, SourceBaseline, CauseNonPublicAnswer
-			p.d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "pinned address " + a.String() + " is non-public"})
+			if p.d.tracing() { // the detail is built only for a trace
+				p.d.addStep(Step{Step: StepLocalGuard, Result: ResultBlock, Detail: "pinned address " + a.String() + " is non-public"})
+			}
 			return true
 		}
 	}
@@ -480,10 +484,9 @@ func (p *pass) tlsName() {
 }
 
 // upgradeRefused is the limited-mode answer to a request carrying Upgrade.
-func upgradeRefused(d Decision) Decision {
+func upgradeRefused(d *Decision) {
 	d.Verdict, d.Reason, d.Source, d.Cause = Deny, ReasonMethodNotAllowed, SourceModeGuard, CauseUpgrade
 	d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: Upgrade"})
-	return d
 }
 
 // modeGuard applies the mode under the narrowest scope: an outer request's
@@ -501,12 +504,11 @@ func (p *pass) modeGuard() {
 	}
 	if p.req.Upgrade && p.mode != ModeFull && p.mode != "" {
 		// A 101 turns the request into an unchecked two-way channel.
-		p.d = withLevel(upgradeRefused(p.d), p.level)
-		return
+		upgradeRefused(&p.d)
+	} else if p.o.Inner {
+		innerMode(p.mode, &p.req, &p.d)
+	} else {
+		p.s.modeGuardIn(p.mode, &p.req, &p.d)
 	}
-	if p.o.Inner {
-		p.d = withLevel(innerMode(p.mode, p.req, p.d), p.level)
-		return
-	}
-	p.d = withLevel(p.s.modeGuardIn(p.mode, p.req, p.d), p.level)
+	withLevel(&p.d, p.level)
 }

@@ -7,6 +7,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/netproxy/netproxy/hostpolicy/hostname"
 )
@@ -109,7 +110,12 @@ type matcher struct {
 	seed    maphash.Seed
 	index   map[uint64]uint32 // hash(domain) → entry index + 1 (chain head)
 	entries []domainEntry
-	arena   []byte // the domains, back to back
+	// text holds each domain as the text a wildcard match reports,
+	// "**." + domain + suffix, back to back; an entry's off is its domain.
+	// A match reports a slice of it rather than building a string on every
+	// request.
+	text    string
+	allText string // "*" + suffix, reported by the all pattern
 
 	globBucket map[string][]glob // literal suffix → globs
 	globScan   []glob            // globs without a literal suffix
@@ -136,7 +142,10 @@ type domainEntry struct {
 type glob struct{ expr, text string }
 
 type matcherBuilder struct {
-	m        *matcher
+	m *matcher
+	// arena is text while it is built: m.text aliases it (bytes are only
+	// appended, never rewritten) until build copies it to its exact size.
+	arena    []byte
 	seenGlob map[string]struct{}
 }
 
@@ -188,8 +197,11 @@ func (mb *matcherBuilder) addDomain(d string, flags uint8) {
 		return
 	}
 	h := maphash.String(m.seed, d)
-	m.entries = append(m.entries, domainEntry{off: uint32(len(m.arena)), n: uint32(len(d)), next: m.index[h], flags: flags})
-	m.arena = append(m.arena, d...)
+	mb.arena = append(mb.arena, "**."...)
+	m.entries = append(m.entries, domainEntry{off: uint32(len(mb.arena)), n: uint32(len(d)), next: m.index[h], flags: flags})
+	mb.arena = append(mb.arena, d...)
+	mb.arena = append(mb.arena, m.suffix...)
+	m.text = unsafe.String(unsafe.SliceData(mb.arena), len(mb.arena))
 	m.index[h] = uint32(len(m.entries))
 	m.count++
 }
@@ -199,8 +211,27 @@ func (mb *matcherBuilder) build() *matcher {
 	mb.seenGlob = nil
 	// Trim the growth slack: the policy lives until the next reload.
 	m.entries = slices.Clip(m.entries)
-	m.arena = slices.Clip(m.arena)
+	m.text = strings.Clone(m.text) // its own exact-size copy: the arena's slack is freed
+	mb.arena = nil
+	m.allText = "*" + m.suffix
 	return m
+}
+
+// The texts entry i reports: exact ("d"), "*." + d and "**." + d, each
+// with the port suffix.
+func (m *matcher) exactText(i int) string {
+	e := &m.entries[i]
+	return m.text[e.off : int(e.off+e.n)+len(m.suffix)]
+}
+
+func (m *matcher) starText(i int) string {
+	e := &m.entries[i]
+	return m.text[e.off-2 : int(e.off+e.n)+len(m.suffix)]
+}
+
+func (m *matcher) doubleText(i int) string {
+	e := &m.entries[i]
+	return m.text[e.off-3 : int(e.off+e.n)+len(m.suffix)]
 }
 
 // lookup returns the entry index of domain d.
@@ -210,7 +241,7 @@ func (m *matcher) lookup(d string) (int, bool) {
 	}
 	for i := m.index[maphash.String(m.seed, d)]; i != 0; {
 		e := &m.entries[i-1]
-		if int(e.n) == len(d) && string(m.arena[e.off:e.off+e.n]) == d {
+		if int(e.n) == len(d) && m.text[e.off:e.off+e.n] == d {
 			return int(i - 1), true
 		}
 		i = e.next
@@ -227,9 +258,9 @@ func (m *matcher) match(host string) (string, bool) {
 	if i, ok := m.lookup(host); ok {
 		switch f := m.entries[i].flags; {
 		case f&flagExact != 0:
-			return host + m.suffix, true
+			return m.exactText(i), true
 		case f&flagApex != 0:
-			return "**." + host + m.suffix, true
+			return m.doubleText(i), true
 		}
 	}
 	if len(m.entries) > 0 || len(m.globBucket) > 0 {
@@ -243,9 +274,9 @@ func (m *matcher) match(host string) (string, bool) {
 			if k, ok := m.lookup(suf); ok {
 				switch f := m.entries[k].flags; {
 				case f&flagSubDouble != 0:
-					return "**." + suf + m.suffix, true
+					return m.doubleText(k), true
 				case f&flagSubStar != 0:
-					return "*." + suf + m.suffix, true
+					return m.starText(k), true
 				}
 			}
 			for _, g := range m.globBucket[suf] {
@@ -261,7 +292,7 @@ func (m *matcher) match(host string) (string, bool) {
 		}
 	}
 	if m.all {
-		return "*" + m.suffix, true
+		return m.allText, true
 	}
 	return "", false
 }
@@ -272,7 +303,7 @@ func (m *matcher) matchExact(host string) (string, bool) {
 		return "", false
 	}
 	if i, ok := m.lookup(host); ok && m.entries[i].flags&flagExact != 0 {
-		return host + m.suffix, true
+		return m.exactText(i), true
 	}
 	return "", false
 }

@@ -229,11 +229,10 @@ func (e *Engine) EvaluateScoped(ctx context.Context, req Request, scopes []*Scop
 
 // withLevel names the scope level on a mode-guard block the scope's mode
 // caused.
-func withLevel(d Decision, level string) Decision {
+func withLevel(d *Decision, level string) {
 	if level != "" && !d.Allowed() && d.Source == SourceModeGuard {
 		d.Level = level
 	}
-	return d
 }
 
 // InnerDecisionScoped is InnerDecision narrowed by scopes.
@@ -242,14 +241,17 @@ func (e *Engine) InnerDecisionScoped(ctx context.Context, req Request, scopes []
 }
 
 // innerMode is the mode guard of an inner request: its method.
-func innerMode(mode string, req Request, d Decision) Decision {
+func innerMode(mode string, req *Request, d *Decision) {
 	if MethodAllowed(mode, req.Method) {
-		d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
-		return d
+		if d.tracing() { // the detail is built only for a trace
+			d.addStep(Step{Step: StepMode, Result: ResultPass, Detail: "limited: " + strings.ToUpper(req.Method)})
+		}
+		return
 	}
 	d.Verdict, d.Reason, d.Source, d.Cause = Deny, ReasonMethodNotAllowed, SourceModeGuard, CauseLimitedMode
-	d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(ReasonMethodNotAllowed)})
-	return d
+	if d.tracing() { // the detail is built only for a trace
+		d.addStep(Step{Step: StepMode, Result: ResultBlock, Detail: "limited: " + string(ReasonMethodNotAllowed)})
+	}
 }
 
 // RecheckScoped is Recheck narrowed by scopes: an open connection whose

@@ -52,10 +52,11 @@ func (e *Evaluator) Run(ctx context.Context, req hostpolicy.Request, o hostpolic
 		o.ScopeSource = e.scopes
 	}
 	d := e.engine.Run(ctx, req, o)
-	if o.Resolve != hostpolicy.ResolveLive {
-		return d
+	if o.Resolve == hostpolicy.ResolveLive {
+		// In place: the decision is not copied through the shadow's judgement.
+		e.judgeShadow(&req, &d, o.Inner)
 	}
-	return e.judgeShadow(req, d, o.Inner)
+	return d
 }
 
 // Evaluate is Run's outer-request preset.
@@ -63,21 +64,20 @@ func (e *Evaluator) Evaluate(ctx context.Context, req hostpolicy.Request) hostpo
 	return e.Run(ctx, req, hostpolicy.RunOptions{})
 }
 
-func (e *Evaluator) judgeShadow(req hostpolicy.Request, live hostpolicy.Decision, inner bool) hostpolicy.Decision {
+func (e *Evaluator) judgeShadow(req *hostpolicy.Request, live *hostpolicy.Decision, inner bool) {
 	cand := e.shadow.candidate()
 	if cand == nil {
-		return live
+		return
 	}
 	scopes := e.scopes.For(req.ExecutionID, req.SessionID)
-	p := e.engine.Shadow(cand, req, live, hostpolicy.PredictOptions{Approvals: e.approvals, Scopes: scopes, Inner: inner})
+	p := e.engine.Shadow(cand, *req, *live, hostpolicy.PredictOptions{Approvals: e.approvals, Scopes: scopes, Inner: inner})
 	if p.Verdict == live.Verdict {
-		return live
+		return
 	}
 	live.Shadow = &hostpolicy.ShadowDecision{Verdict: p.Verdict, Reason: p.Reason, Pattern: p.Pattern, Source: p.Source, Level: p.Level}
 	host := live.Host
 	if host == "" {
 		host = p.Host
 	}
-	e.shadow.record(host, live, p)
-	return live
+	e.shadow.record(host, *live, p)
 }

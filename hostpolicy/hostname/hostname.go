@@ -110,12 +110,22 @@ func normalize(host string, allowPercentDecode bool) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("host %q: %v", clip(host), err)
 		}
-		return a.String(), nil
+		return canonical(a, s), nil
 	}
 	if err := checkName(s); err != nil {
 		return "", fmt.Errorf("host %q: %v", clip(host), err)
 	}
 	return s, nil
+}
+
+// canonical is a.String(), without building it when s already spells it
+// (the usual dotted quad): the data path normalises every request's host.
+func canonical(a netip.Addr, s string) string {
+	var buf [len("255.255.255.255")]byte
+	if string(a.AppendTo(buf[:0])) == s {
+		return s
+	}
+	return a.String()
 }
 
 // normalizeIPv6 canonicalises an IPv6 literal, keeping a zone ("%25" is the

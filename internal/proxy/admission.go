@@ -61,7 +61,7 @@ func (c *Core) admitCredential(req hostpolicy.Request, d *hostpolicy.Decision) {
 		return
 	}
 	d.Intercept, d.Cause = true, hostpolicy.CauseCredential
-	d.Steps = append(d.Steps, hostpolicy.Step{Step: hostpolicy.StepMode, Result: hostpolicy.ResultPass, Detail: "credential interception"})
+	d.AddStep(hostpolicy.Step{Step: hostpolicy.StepMode, Result: hostpolicy.ResultPass, Detail: "credential interception"})
 }
 
 // admitMITM checks the interception hostpolicy admitted (Intercept on an
@@ -73,5 +73,5 @@ func (c *Core) admitMITM(d *hostpolicy.Decision) {
 	}
 	d.Verdict, d.Reason, d.Source, d.Intercept = hostpolicy.Deny, hostpolicy.ReasonMITMRequired, hostpolicy.SourceModeGuard, false
 	d.Cause = hostpolicy.CauseNoInterceptor
-	d.Steps = append(d.Steps, hostpolicy.Step{Step: hostpolicy.StepMode, Result: hostpolicy.ResultBlock, Detail: "limited: no interceptor"})
+	d.AddStep(hostpolicy.Step{Step: hostpolicy.StepMode, Result: hostpolicy.ResultBlock, Detail: "limited: no interceptor"})
 }
