@@ -32,6 +32,8 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/net/http2"
+
+	"github.com/netproxy/netproxy/internal/httphead"
 )
 
 // DefaultLeafCacheSize bounds the leaf cache when the caller passes 0.
@@ -262,7 +264,7 @@ func (i *Interceptor) Serve(ctx context.Context, t *Tunnel) error {
 		var req *http.Request
 		err := lim.begin(pre)
 		if err == nil {
-			req, err = http.ReadRequest(br)
+			req, err = readInnerRequest(br, lim)
 		}
 		lim.active = false
 		if lim.failed {
@@ -371,6 +373,21 @@ func lingerClose(tc *tls.Conn, raw net.Conn) {
 	_, _ = io.CopyN(io.Discard, tc, lingerBytes)
 }
 
+// readInnerRequest reads the next inner request from br once lim has
+// scanned the buffered bytes: a whole body-less head already buffered is
+// parsed in place (httphead.ParseRequest, held to net/http's parse),
+// anything else by http.ReadRequest.
+func readInnerRequest(br *bufio.Reader, lim *headLimit) (*http.Request, error) {
+	if !lim.active && !lim.failed && lim.n > 0 && lim.n <= br.Buffered() {
+		buf, _ := br.Peek(lim.n)
+		if req, ok := httphead.ParseRequest(buf); ok {
+			br.Discard(lim.n)
+			return req, nil
+		}
+	}
+	return http.ReadRequest(br)
+}
+
 // headLimit counts the bytes and lines of an inner request head as they
 // pass from the TLS connection to the parser; it keeps no copy.
 type headLimit struct {
@@ -419,7 +436,7 @@ func (l *headLimit) scan(b []byte) bool {
 			switch {
 			case c == ':', c == '\r', c == '\n':
 				l.inName = false
-			case !isTokenByte(c):
+			case !httphead.IsTokenByte(c):
 				// "Transfer-Encoding : chunked", an obs-fold line:
 				// RFC 9112 §5.1 asks for a 400.
 				l.bad = true
@@ -450,14 +467,6 @@ func (l *headLimit) Read(p []byte) (int, error) {
 }
 
 var errBadFieldName = errors.New("mitm: malformed header field name")
-
-// isTokenByte reports whether c may appear in an RFC 9110 token.
-func isTokenByte(c byte) bool {
-	if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
-		return true
-	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
-}
 
 // serveOne answers one inner request and reports whether the connection
 // may carry another.

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/netproxy/netproxy/internal/httphead"
 )
 
 func writeCA(t *testing.T, isCA bool) (certFile, keyFile string) {
@@ -155,7 +157,7 @@ func FuzzHeadLimit(f *testing.F) {
 			for k, v := range req.Header {
 				fields += len(v)
 				for j := 0; j < len(k); j++ {
-					if !isTokenByte(k[j]) {
+					if !httphead.IsTokenByte(k[j]) {
 						t.Fatalf("field name %q is not a token", k)
 					}
 				}

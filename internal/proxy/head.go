@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/netproxy/netproxy/hostpolicy"
+	"github.com/netproxy/netproxy/internal/httphead"
 )
 
 // Request heads (SPEC §7.2): a head may take at most max_header_bytes
@@ -131,7 +132,7 @@ func (s *headScanner) scan(b []byte) {
 		if s.cur < len(s.prefix) {
 			k := copy(s.prefix[s.cur:], seg)
 			if s.cur+k == len(s.prefix) && s.lines > 0 && !s.gotHost {
-				if s.inHost = asciiEqualFold(s.prefix[:], "host:"); s.inHost {
+				if s.inHost = httphead.EqualFoldLower(s.prefix[:], "host:"); s.inHost {
 					seg = seg[k:]
 				}
 			}
@@ -177,39 +178,11 @@ func (s *headScanner) checkName(seg []byte) {
 			// colon (the parser refuses it).
 			s.inName = false
 			return
-		case !isTokenByte(c):
+		case !httphead.IsTokenByte(c):
 			s.err = errBadFieldName
 			return
 		}
 	}
-}
-
-// isTokenByte reports whether c may appear in an RFC 9110 token.
-func isTokenByte(c byte) bool { return tokenBytes[c] }
-
-// tokenBytes is the RFC 9110 tchar set as a table: every header name byte
-// of every request is looked up (read-only after package init).
-var tokenBytes = func() (t [256]bool) {
-	for c := range 256 {
-		t[c] = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", byte(c)) >= 0
-	}
-	return t
-}()
-
-func asciiEqualFold(b []byte, lower string) bool {
-	if len(b) != len(lower) {
-		return false
-	}
-	for i := range b {
-		c := b[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != lower[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // rawHostHeader returns the Host header of the request head at the start

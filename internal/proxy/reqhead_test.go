@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/netproxy/netproxy/internal/httphead"
 )
 
 // sameAsReadRequest fails t unless req is what http.ReadRequest makes of
@@ -66,7 +68,7 @@ func TestParseRequestHeadMatchesNetHTTP(t *testing.T) {
 		if !ok {
 			t.Fatalf("no head in %q", s)
 		}
-		req, ok := parseRequestHead(head)
+		req, ok := httphead.ParseRequest(head)
 		if !ok {
 			t.Fatalf("fast path declined %q", s)
 		}
@@ -107,18 +109,18 @@ func TestParseRequestHeadDeclines(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if _, ok := parseRequestHead(head); ok {
+		if _, ok := httphead.ParseRequest(head); ok {
 			t.Errorf("fast path took %q", s)
 		}
 	}
 	var many strings.Builder
 	many.WriteString("GET / HTTP/1.1\r\n")
-	for range maxFastHeaders + 1 {
+	for range httphead.MaxFields + 1 {
 		many.WriteString("X: 1\r\n")
 	}
 	many.WriteString("\r\n")
-	if _, ok := parseRequestHead([]byte(many.String())); ok {
-		t.Error("fast path took more than maxFastHeaders lines")
+	if _, ok := httphead.ParseRequest([]byte(many.String())); ok {
+		t.Error("fast path took more than httphead.MaxFields lines")
 	}
 }
 
@@ -157,7 +159,7 @@ func FuzzParseRequestHead(f *testing.F) {
 		if !ok {
 			return
 		}
-		req, ok := parseRequestHead(head)
+		req, ok := httphead.ParseRequest(head)
 		if !ok {
 			return
 		}
@@ -172,7 +174,7 @@ func BenchmarkRequestHead(b *testing.B) {
 	b.Run("in-place", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, ok := parseRequestHead(head); !ok {
+			if _, ok := httphead.ParseRequest(head); !ok {
 				b.Fatal("declined")
 			}
 		}

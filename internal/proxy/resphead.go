@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/netproxy/netproxy/internal/httphead"
 )
 
 // The response head forwarded as bytes (issue 29 item 2). Most upstream
@@ -71,13 +73,13 @@ func scanResponseHead(buf []byte, method string, out []byte) (h respHead, n int,
 	nconn := 0
 	for rest := head[eol+2:]; len(rest) > 0; {
 		i := bytes.Index(rest, []byte("\r\n"))
-		name, value, good := splitField(rest[:i])
+		name, value, good := httphead.SplitField(rest[:i])
 		rest = rest[i+2:]
 		if !good {
 			return h, 0, out, false
 		}
 		switch {
-		case asciiEqualFold(name, "content-length"):
+		case httphead.EqualFoldLower(name, "content-length"):
 			if h.contentLength >= 0 || len(value) == 0 || len(value) > 18 {
 				return h, 0, out, false
 			}
@@ -89,9 +91,9 @@ func scanResponseHead(buf []byte, method string, out []byte) (h respHead, n int,
 				v = v*10 + int64(c-'0')
 			}
 			h.contentLength = v
-		case asciiEqualFold(name, "transfer-encoding"), asciiEqualFold(name, "trailer"):
+		case httphead.EqualFoldLower(name, "transfer-encoding"), httphead.EqualFoldLower(name, "trailer"):
 			return h, 0, out, false
-		case asciiEqualFold(name, "connection"):
+		case httphead.EqualFoldLower(name, "connection"):
 			if nconn == maxConnLines {
 				return h, 0, out, false
 			}
@@ -120,7 +122,7 @@ func scanResponseHead(buf []byte, method string, out []byte) (h respHead, n int,
 	for rest := head[eol+2:]; len(rest) > 0; {
 		i := bytes.Index(rest, []byte("\r\n"))
 		line := rest[:i+2]
-		name, _, _ := splitField(rest[:i])
+		name, _, _ := httphead.SplitField(rest[:i])
 		rest = rest[i+2:]
 		if hopByHopName(name) {
 			continue
@@ -139,35 +141,6 @@ func scanResponseHead(buf []byte, method string, out []byte) (h respHead, n int,
 	return h, n, out, true
 }
 
-// splitField splits "name: value" (value trimmed of SP and HTAB) and
-// checks it strictly: a token name right before the colon, no control
-// byte in the value.
-func splitField(line []byte) (name, value []byte, ok bool) {
-	colon := bytes.IndexByte(line, ':')
-	if colon <= 0 {
-		return nil, nil, false
-	}
-	name = line[:colon]
-	for _, c := range name {
-		if !isTokenByte(c) {
-			return nil, nil, false
-		}
-	}
-	value = line[colon+1:]
-	for _, c := range value {
-		if c < ' ' && c != '\t' || c == 0x7f {
-			return nil, nil, false
-		}
-	}
-	for len(value) > 0 && (value[0] == ' ' || value[0] == '\t') {
-		value = value[1:]
-	}
-	for len(value) > 0 && (value[len(value)-1] == ' ' || value[len(value)-1] == '\t') {
-		value = value[:len(value)-1]
-	}
-	return name, value, true
-}
-
 // hopByHopLower is hopByHop in lower case, for asciiEqualFold.
 var hopByHopLower = func() []string {
 	l := make([]string, len(hopByHop))
@@ -180,7 +153,7 @@ var hopByHopLower = func() []string {
 // hopByHopName: the names removeHopByHop drops, compared without case.
 func hopByHopName(name []byte) bool {
 	for _, h := range hopByHopLower {
-		if asciiEqualFold(name, h) {
+		if httphead.EqualFoldLower(name, h) {
 			return true
 		}
 	}
