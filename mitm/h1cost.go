@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/netproxy/netproxy/internal/httphead"
 )
 
 // The per-request costs of an intercepted HTTP/1.1 keep-alive exchange
@@ -48,16 +50,6 @@ type writeOnly struct{ w *bufio.Writer }
 func (o writeOnly) Write(p []byte) (int, error)       { return o.w.Write(p) }
 func (o writeOnly) WriteString(s string) (int, error) { return o.w.WriteString(s) }
 
-// reqExcludeHeader is net/http's reqWriteExcludeHeader: the fields
-// Request.Write writes itself (or never) rather than from the map.
-var reqExcludeHeader = map[string]bool{
-	"Host":              true,
-	"User-Agent":        true,
-	"Content-Length":    true,
-	"Transfer-Encoding": true,
-	"Trailer":           true,
-}
-
 // writeRequestHead writes req's head to bw exactly as req.Write(bw)
 // would, without its per-request formatting garbage, for the requests the
 // tunnel's own connection carries most: GET and HEAD without a body, a
@@ -76,7 +68,7 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request) error {
 	if ua != "" {
 		writeField(bw, "User-Agent", ua)
 	}
-	if err := req.Header.WriteSubset(bw, reqExcludeHeader); err != nil {
+	if err := httphead.WriteRequestFields(bw, req.Header); err != nil {
 		return err
 	}
 	_, err := bw.WriteString("\r\n")

@@ -1,13 +1,17 @@
-// Package httphead parses HTTP/1.x head bytes in place for the data path's
-// common cases: a whole body-less request head (ParseRequest) and single
-// header lines (SplitField). It owns only pure functions over bytes it is
-// given — no I/O, no state — and must never accept a head that net/http
-// would read differently: whatever it declines, the caller hands to
-// net/http (FuzzParseRequestHead in internal/proxy holds it to
-// http.ReadRequest field for field).
+// Package httphead parses and writes HTTP/1.x head bytes for the data
+// path's common cases: a whole body-less request head (ParseRequest),
+// single header lines (SplitField) and a forwarded request's fields
+// (WriteRequestFields, shared by the plain path and the interception). It
+// owns only functions over the bytes and writer it is given — no sockets,
+// no state — and must never accept a head that net/http would read
+// differently, or write bytes net/http would not: whatever it declines,
+// the caller hands to net/http (FuzzParseRequestHead in internal/proxy
+// holds the parse to http.ReadRequest field for field, FuzzWriteHeaderSorted
+// the fields to Header.WriteSubset).
 package httphead
 
 import (
+	"bufio"
 	"bytes"
 	"net/http"
 	"net/textproto"
@@ -320,4 +324,56 @@ func EqualFoldLower(b []byte, lower string) bool {
 		}
 	}
 	return true
+}
+
+// maxSortedHeaders bounds the fields WriteRequestFields sorts on the stack.
+const maxSortedHeaders = 24
+
+// requestWriteExclude are the fields http.Request.Write writes from the
+// request's own fields (or never) rather than from its header map.
+var requestWriteExclude = map[string]bool{"Host": true, "User-Agent": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
+
+// WriteRequestFields writes a request's header fields as http.Request.Write
+// does: h.WriteSubset(bw, requestWriteExclude), the same bytes —
+// keys in sorted order, invalid names dropped, values with CR/LF turned
+// into spaces and trimmed — without its pooled sorter, closure sort and
+// exclude-map lookups. A header with more fields than fit the stack, or a
+// value that needs rewriting, takes WriteSubset itself.
+func WriteRequestFields(bw *bufio.Writer, h http.Header) error {
+	if len(h) > maxSortedHeaders {
+		return h.WriteSubset(bw, requestWriteExclude)
+	}
+	var keys [maxSortedHeaders]string
+	n := 0
+	for k, vv := range h {
+		if requestWriteExclude[k] {
+			continue
+		}
+		for _, v := range vv {
+			if strings.ContainsAny(v, "\r\n") {
+				return h.WriteSubset(bw, requestWriteExclude)
+			}
+		}
+		// Insertion sort: a request has a handful of fields.
+		i := n
+		for ; i > 0 && keys[i-1] > k; i-- {
+			keys[i] = keys[i-1]
+		}
+		keys[i] = k
+		n++
+	}
+	for _, k := range keys[:n] {
+		if !httpguts.ValidHeaderFieldName(k) {
+			continue
+		}
+		for _, v := range h[k] {
+			bw.WriteString(k)
+			bw.WriteString(": ")
+			bw.WriteString(textproto.TrimString(v))
+			if _, err := bw.WriteString("\r\n"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -192,29 +192,3 @@ func BenchmarkRequestHead(b *testing.B) {
 		}
 	})
 }
-
-// FuzzWriteHeaderSorted: the request head's fields are written byte for
-// byte as http.Header.WriteSubset writes them.
-func FuzzWriteHeaderSorted(f *testing.F) {
-	f.Add("Accept", "*/*", "X-B", " v\r\nw ", "host", "h")
-	f.Add("User-Agent", "x", "Content-Length", "1", "Bad Name", "v")
-	f.Add("Z", "1", "a", "2", "M", "\t3\t")
-	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
-		h := http.Header{}
-		for _, kv := range [][2]string{{k1, v1}, {k2, v2}, {k3, v3}} {
-			h[kv[0]] = append(h[kv[0]], kv[1])
-		}
-		var want, got bytes.Buffer
-		if err := h.WriteSubset(&want, reqHeadExclude); err != nil {
-			t.Fatal(err)
-		}
-		bw := bufio.NewWriter(&got)
-		if err := writeHeaderSorted(bw, h); err != nil {
-			t.Fatal(err)
-		}
-		bw.Flush()
-		if got.String() != want.String() {
-			t.Fatalf("wrote\n%q\nWriteSubset\n%q", got.String(), want.String())
-		}
-	})
-}

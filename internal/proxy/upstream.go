@@ -17,6 +17,8 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/sys/unix"
+
+	"github.com/netproxy/netproxy/internal/httphead"
 )
 
 // upstreamPool carries every forwarded plain-HTTP request (forward.go) over
@@ -392,10 +394,6 @@ func carriesUpgrade(h http.Header) bool {
 	return ok
 }
 
-// reqHeadExclude are the headers writeRequestHead writes itself (or never):
-// the same set http.Request.Write excludes.
-var reqHeadExclude = map[string]bool{"Host": true, "User-Agent": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
-
 // writeRequestHead writes the head of a body-less request in origin-form,
 // byte for byte what http.Request.Write sends for it, without its
 // per-request formatting and allocations. Anything unusual (a host that
@@ -445,58 +443,11 @@ func writeRequestHead(bw *bufio.Writer, req *http.Request) error {
 	case req.Method == "POST" || req.Method == "PUT" || req.Method == "PATCH":
 		bw.WriteString("Content-Length: 0\r\n") // http.Request.Write does the same
 	}
-	if err := writeHeaderSorted(bw, req.Header); err != nil {
+	if err := httphead.WriteRequestFields(bw, req.Header); err != nil {
 		return err
 	}
 	_, err := bw.WriteString("\r\n")
 	return err
-}
-
-// maxSortedHeaders bounds the fields writeHeaderSorted sorts on the stack.
-const maxSortedHeaders = 24
-
-// writeHeaderSorted is h.WriteSubset(bw, reqHeadExclude) — the same bytes:
-// keys in sorted order, invalid names dropped, values with CR/LF turned
-// into spaces and trimmed — without its pooled sorter, closure sort and
-// exclude-map lookups. A header with more fields than fit the stack, or a
-// value that needs rewriting, takes WriteSubset itself.
-func writeHeaderSorted(bw *bufio.Writer, h http.Header) error {
-	if len(h) > maxSortedHeaders {
-		return h.WriteSubset(bw, reqHeadExclude)
-	}
-	var keys [maxSortedHeaders]string
-	n := 0
-	for k, vv := range h {
-		if reqHeadExclude[k] {
-			continue
-		}
-		for _, v := range vv {
-			if strings.ContainsAny(v, "\r\n") {
-				return h.WriteSubset(bw, reqHeadExclude)
-			}
-		}
-		// Insertion sort: a request has a handful of fields.
-		i := n
-		for ; i > 0 && keys[i-1] > k; i-- {
-			keys[i] = keys[i-1]
-		}
-		keys[i] = k
-		n++
-	}
-	for _, k := range keys[:n] {
-		if !httpguts.ValidHeaderFieldName(k) {
-			continue
-		}
-		for _, v := range h[k] {
-			bw.WriteString(k)
-			bw.WriteString(": ")
-			bw.WriteString(textproto.TrimString(v))
-			if _, err := bw.WriteString("\r\n"); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 func plainASCII(s string) bool {
